@@ -1,0 +1,41 @@
+# GEM ads foundation model: the Makefile is the interface. `make help` lists targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# GPU hosts: make install FBGEMM=fbgemm-gpu (never install both: they ship the same package).
+FBGEMM ?= fbgemm-gpu-cpu
+STAMP := $(VENV)/.installed-$(FBGEMM)
+DATA ?=
+OUT ?= runs/main
+PYTEST_ARGS ?=
+
+.PHONY: help install run test bench compile feast-apply lint clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+install: $(STAMP)  ## create .venv from the fully pinned requirements.lock
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	sed 's/^fbgemm_gpu-cpu==/$(FBGEMM)==/' requirements.lock > $(VENV)/requirements.txt
+	$(BIN)/pip install --quiet --no-deps -r $(VENV)/requirements.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+run: install  ## the main job: the whole pipeline on built-in (or DATA=path) data
+	$(BIN)/python -m gem pipeline run --out $(OUT) $(if $(DATA),--data $(DATA),)
+
+test: install  ## install, then run the whole test suite
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: install  ## run every benchmark; results in benchmarks/results/*.json
+	$(BIN)/python -m benchmarks
+
+lint:  ## byte-compile everything (cheap syntax gate)
+	$(BIN)/python -m compileall -q gem kernels students components pipelines benchmarks tests
+
+clean:  ## remove run outputs (keeps .venv)
+	rm -rf runs mlruns mlflow.db .pytest_cache
