@@ -1,0 +1,174 @@
+"""The data contract: what every dataset fed to GEM looks like.
+
+This module is the single definition; docs/data-contract.md explains it for people.
+
+A dataset is a directory::
+
+    DIR/
+      manifest.json                  name, source, declared time window, vocabularies
+      users.parquet                  one row per user (static attributes)
+      items.parquet                  one row per item (an ad or an organic item)
+      events/day=YYYY-MM-DD/*.parquet  the event log, partitioned by UTC day
+
+An event is one exposure of an item to a user on a surface at ``event_time``.
+Ad rows (``is_ad``) always have ``event_type == "impression"``; organic rows record the
+user's engagement in ``event_type`` ("view" when not engaged, "like"/"share" when
+engaged), so an organic row's event_type is usable only as *history*, never as a
+feature of the row itself.
+
+Labels: ``click`` is known at ``event_time``; ``conversion`` is known at
+``conversion_time`` (later), may be 1 only on an ad row with ``click == 1`` (a
+conversion follows a click of the same user on the same ad), and is 0 when the
+conversion was not observed inside the window (delayed feedback).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+SURFACES: tuple[str, ...] = ("feed", "video", "stories", "messaging")
+EVENT_TYPES: tuple[str, ...] = ("impression", "view", "like", "share")
+AD_EVENT_TYPE = "impression"
+TASKS: tuple[str, ...] = ("click", "conversion")
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+EVENTS_SCHEMA = pa.schema(
+    [
+        pa.field("event_id", pa.int64(), nullable=False),
+        pa.field("user_id", pa.int64(), nullable=False),
+        pa.field("item_id", pa.int64(), nullable=False),
+        pa.field("is_ad", pa.bool_(), nullable=False),
+        pa.field("surface", pa.string(), nullable=False),
+        pa.field("event_time", TIMESTAMP, nullable=False),
+        pa.field("event_type", pa.string(), nullable=False),
+        pa.field("click", pa.int8(), nullable=False),
+        pa.field("conversion", pa.int8(), nullable=False),
+        pa.field("conversion_time", TIMESTAMP, nullable=True),
+    ]
+)
+
+USERS_SCHEMA = pa.schema(
+    [
+        pa.field("user_id", pa.int64(), nullable=False),
+        pa.field("age_bucket", pa.string()),
+        pa.field("gender", pa.string()),
+        pa.field("country", pa.string()),
+        pa.field("device", pa.string()),
+    ]
+)
+
+ITEMS_SCHEMA = pa.schema(
+    [
+        pa.field("item_id", pa.int64(), nullable=False),
+        pa.field("is_ad", pa.bool_(), nullable=False),
+        pa.field("advertiser_id", pa.int64()),  # 0 for organic items
+        pa.field("category_id", pa.int64()),
+        pa.field("format", pa.string()),
+        pa.field("objective", pa.string()),  # "organic" for organic items
+    ]
+)
+
+TABLE_SCHEMAS: dict[str, pa.Schema] = {
+    "events": EVENTS_SCHEMA,
+    "users": USERS_SCHEMA,
+    "items": ITEMS_SCHEMA,
+}
+PRIMARY_KEYS = {"events": "event_id", "users": "user_id", "items": "item_id"}
+
+# Categorical user/item attributes the features stage turns into sparse ids.
+USER_ATTRIBUTES: tuple[str, ...] = ("age_bucket", "gender", "country", "device")
+ITEM_ATTRIBUTES: tuple[str, ...] = ("advertiser_id", "category_id", "format", "objective")
+
+MANIFEST = "manifest.json"
+EVENTS_DIR = "events"
+USERS_FILE = "users.parquet"
+ITEMS_FILE = "items.parquet"
+DAY_PARTITION = "day"
+
+
+class ContractError(ValueError):
+    """A file that cannot be read under the contract (not Parquet, missing or mistyped
+    column). The message names the file and the column."""
+
+
+@dataclass(kw_only=True)
+class Manifest:
+    """Describes a dataset: where it came from and the window its events must lie in.
+
+    ``window_start`` is inclusive and ``window_end`` exclusive, both UTC ISO-8601.
+    """
+
+    name: str
+    source: str
+    window_start: str
+    window_end: str
+    surfaces: list[str] = field(default_factory=lambda: list(SURFACES))
+    event_types: list[str] = field(default_factory=lambda: list(EVENT_TYPES))
+    description: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def start(self) -> dt.datetime:
+        return parse_utc(self.window_start)
+
+    @property
+    def end(self) -> dt.datetime:
+        return parse_utc(self.window_end)
+
+    def days(self) -> list[dt.date]:
+        """The UTC days the window covers."""
+        first, last = self.start.date(), (self.end - dt.timedelta(microseconds=1)).date()
+        return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+
+    def write(self, directory: Path) -> Path:
+        path = Path(directory) / MANIFEST
+        path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, directory: Path) -> "Manifest":
+        path = Path(directory) / MANIFEST
+        if not path.is_file():
+            raise ContractError(f"{path}: missing; a dataset directory needs a {MANIFEST}")
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ContractError(f"{path}: not valid JSON ({exc})") from exc
+        missing = [k for k in ("name", "source", "window_start", "window_end") if k not in raw]
+        if missing:
+            raise ContractError(f"{path}: missing field(s) {missing}")
+        unknown_surfaces = sorted(set(raw.get("surfaces", SURFACES)) - set(SURFACES))
+        if unknown_surfaces:
+            raise ContractError(
+                f"{path}: surfaces {unknown_surfaces} are not in the declared vocabulary {SURFACES}"
+            )
+        return cls(**raw)
+
+
+def parse_utc(text: str) -> dt.datetime:
+    """Parse an ISO-8601 time; naive times are taken as UTC."""
+    value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+
+
+def day_dir(root: Path, day: dt.date) -> Path:
+    return Path(root) / EVENTS_DIR / f"{DAY_PARTITION}={day.isoformat()}"
+
+
+def event_files(root: Path) -> list[Path]:
+    """Every event file of a dataset, in day then name order (the canonical row order)."""
+    base = Path(root) / EVENTS_DIR
+    if not base.is_dir():
+        raise ContractError(f"{base}: missing; events live under {EVENTS_DIR}/day=YYYY-MM-DD/")
+    files = [p for p in base.glob(f"{DAY_PARTITION}=*/*") if p.is_file() and not p.name.startswith((".", "_"))]
+    return sorted(files)
+
+
+def empty_events() -> pa.Table:
+    return EVENTS_SCHEMA.empty_table()
