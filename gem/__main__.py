@@ -1,0 +1,5 @@
+import sys
+
+from gem.cli import main
+
+sys.exit(main())
