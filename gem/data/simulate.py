@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from gem.data.io import write_parquet_atomic
 from gem.data.contract import (
     EVENTS_SCHEMA,
     ITEMS_FILE,
@@ -124,7 +124,7 @@ def simulate(cfg: SimulatorConfig, out: str | Path, *, progress: bool = True) ->
     start = dt.datetime.fromisoformat(cfg.start_date).replace(tzinfo=dt.timezone.utc)
     users_rng = np.random.default_rng(users_seq)
     user_attrs = _make_users(cfg, users_rng)
-    _write_atomic(pa.table(_user_columns(user_attrs), schema=USERS_SCHEMA), out / USERS_FILE)
+    write_parquet_atomic(pa.table(_user_columns(user_attrs), schema=USERS_SCHEMA), out / USERS_FILE)
 
     started = time.perf_counter()
     total = 0
@@ -265,7 +265,7 @@ def _write_items(cfg: SimulatorConfig, w: _World, out: Path) -> None:
         },
         schema=ITEMS_SCHEMA,
     )
-    _write_atomic(table, out / ITEMS_FILE)
+    write_parquet_atomic(table, out / ITEMS_FILE)
 
 
 def _simulate_chunk(cfg: SimulatorConfig, w: _World, users: dict[str, np.ndarray], lo: int, hi: int,
@@ -370,8 +370,7 @@ def _simulate_chunk(cfg: SimulatorConfig, w: _World, users: dict[str, np.ndarray
             schema=EVENTS_SCHEMA,
         )
         day_path = day_dir(out, (start + dt.timedelta(days=d)).date())
-        day_path.mkdir(parents=True, exist_ok=True)
-        _write_atomic(table, day_path / f"part-{chunk:05d}.parquet")
+        write_parquet_atomic(table, day_path / f"part-{chunk:05d}.parquet")
     return n
 
 
@@ -382,10 +381,3 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
-
-
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    """Write to a hidden temp name, then rename: readers never see a partial file."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)

@@ -1,0 +1,98 @@
+"""Shared adapter plumbing: tolerant raw readers with quarantine, and dataset writing."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from gem.data.contract import ITEMS_FILE, USERS_FILE, Manifest
+from gem.data.io import write_events_by_day, write_json_atomic, write_parquet_atomic
+
+CONVERSION_DIR = "_conversion"  # underscore: skipped by Parquet dataset readers
+
+
+@dataclass
+class AdapterReport:
+    """Raw-line accounting: for every raw file, lines read = converted + quarantined."""
+
+    source: str
+    lines: dict[str, int] = field(default_factory=dict)
+    converted: dict[str, int] = field(default_factory=dict)
+    quarantined: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, int] = field(default_factory=dict)
+    quarantine_rows: list[dict] = field(default_factory=list, repr=False)
+
+    def quarantine(self, file: str, line: int, raw: str, reason: str) -> None:
+        self.quarantine_rows.append({"source_file": file, "line": line, "raw": raw, "reason": reason})
+        self.quarantined[file] = self.quarantined.get(file, 0) + 1
+        key = f"{file}.{reason}"
+        self.reasons[key] = self.reasons.get(key, 0) + 1
+
+    @property
+    def reconciles(self) -> bool:
+        return all(self.converted.get(f, 0) + self.quarantined.get(f, 0) == n for f, n in self.lines.items())
+
+
+def read_delimited(path: Path, sep: str, columns: list[str], *, ints: list[str], report: AdapterReport,
+                   encoding: str = "utf-8", checks: dict[str, Callable[[pd.Series], pd.Series]] | None = None
+                   ) -> pd.DataFrame:
+    """Read a headerless delimited file; quarantine lines with the wrong field count,
+    non-integer values in ``ints`` or failing ``checks``. Adds a 1-based ``line`` column."""
+    text = path.read_text(encoding=encoding)
+    lines = text.splitlines()
+    name = path.name
+    report.lines[name] = len(lines)
+    rows, kept = [], []
+    for number, fields_ in enumerate(csv.reader(io.StringIO(text), delimiter=sep, quoting=csv.QUOTE_NONE), 1):
+        if len(fields_) != len(columns):
+            report.quarantine(name, number, sep.join(fields_), f"field_count:{len(fields_)}!={len(columns)}")
+            continue
+        rows.append(fields_)
+        kept.append(number)
+    frame = pd.DataFrame(rows, columns=columns)
+    frame["line"] = np.asarray(kept, dtype=np.int64)
+    bad = np.zeros(len(frame), bool)
+    reasons = np.full(len(frame), "", dtype=object)
+    for col in ints:
+        parsed = pd.to_numeric(frame[col].str.strip(), errors="coerce")
+        wrong = parsed.isna().to_numpy() | (parsed % 1 != 0).to_numpy()
+        reasons[wrong & ~bad] = f"not_integer:{col}"
+        bad |= wrong
+        frame[col] = parsed.fillna(0).astype(np.int64)
+    for col, check in (checks or {}).items():
+        wrong = ~check(frame[col]).to_numpy()
+        reasons[wrong & ~bad] = f"out_of_range:{col}"
+        bad |= wrong
+    for i in np.flatnonzero(bad):
+        report.quarantine(name, int(frame["line"].iat[i]), sep.join(rows[i]), reasons[i])
+    frame = frame[~bad].reset_index(drop=True)
+    report.converted[name] = len(frame)
+    return frame
+
+
+def finish_dataset(out_dir: Path, manifest: Manifest, events: pa.Table, users: pa.Table, items: pa.Table,
+                   report: AdapterReport) -> Manifest:
+    """Write the contract dataset plus the adapter's quarantine and report."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_parquet_atomic(users, out_dir / USERS_FILE)
+    write_parquet_atomic(items, out_dir / ITEMS_FILE)
+    write_events_by_day(events, out_dir)
+    quarantine = pa.Table.from_pylist(
+        report.quarantine_rows,
+        schema=pa.schema([("source_file", pa.string()), ("line", pa.int64()), ("raw", pa.string()), ("reason", pa.string())]),
+    )
+    write_parquet_atomic(quarantine, out_dir / CONVERSION_DIR / "quarantine.parquet")
+    summary = {k: v for k, v in asdict(report).items() if k != "quarantine_rows"}
+    summary |= {"reconciles": report.reconciles, "events": events.num_rows, "users": users.num_rows, "items": items.num_rows}
+    write_json_atomic(summary, out_dir / CONVERSION_DIR / "report.json")
+    manifest.extra = dict(manifest.extra, conversion=summary)
+    manifest.write(out_dir)
+    return manifest

@@ -1,0 +1,92 @@
+"""`python -m gem data ...`: simulate, convert and validate contract datasets."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gem.config import load_config, preset_names
+from gem.data.contract import ContractError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("data", help="simulate, convert and validate contract datasets",
+                            description="Contract datasets: simulate, convert real data, validate.")
+    data_sub = parser.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+
+    sim = data_sub.add_parser("simulate", help="write a simulated ads-event dataset")
+    sim.add_argument("--out", required=True, type=Path, help="output dataset directory")
+    sim.add_argument("--users", type=int)
+    sim.add_argument("--items", type=int)
+    sim.add_argument("--days", type=int)
+    sim.add_argument("--seed", type=int)
+    sim.add_argument("--preset", choices=preset_names("simulator"), help="named size preset")
+    sim.add_argument("--config", type=Path, help="YAML file with SimulatorConfig fields")
+    sim.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override any SimulatorConfig field (repeatable)")
+    sim.set_defaults(func=_simulate)
+
+    val = data_sub.add_parser("validate", help="check a dataset against the contract, quarantining bad rows")
+    val.add_argument("path", type=Path, help="dataset directory (with manifest.json)")
+    val.add_argument("--report-dir", type=Path, help="where quarantine.parquet and the report go "
+                                                      "(default PATH/_validation)")
+    val.add_argument("--out", type=Path, help="also write the processed rows as a clean dataset here")
+    val.add_argument("--max-quarantine-fraction", type=float, default=0.0,
+                     help="exit 1 when more than this share of rows is quarantined (default 0)")
+    val.set_defaults(func=_validate)
+
+    conv = data_sub.add_parser("convert", help="convert a public dataset into the contract")
+    conv.add_argument("source", choices=("movielens", "taobao"))
+    conv.add_argument("raw", type=Path, help="raw files: the ml-100k folder, or UserBehavior.csv")
+    conv.add_argument("out", type=Path, help="output dataset directory")
+    conv.add_argument("--seed", type=int, default=0, help="taobao: negative-sampling seed")
+    conv.add_argument("--negatives-per-click", type=int, default=1, help="taobao: sampled unclicked impressions")
+    conv.set_defaults(func=_convert)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from gem.data.simulate import SimulatorConfig, simulate
+
+    overrides = list(args.overrides)
+    for name in ("users", "items", "days", "seed"):
+        if getattr(args, name) is not None:
+            overrides.append(f"{name}={getattr(args, name)}")
+    cfg = load_config(SimulatorConfig, section="simulator", preset=args.preset, path=args.config,
+                      overrides=overrides)
+    manifest = simulate(cfg, args.out)
+    print(f"wrote {manifest.extra['events']:,} events for {cfg.users:,} users, {cfg.items:,} items, "
+          f"{cfg.days} days to {args.out}")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from gem.data.validate import validate_dataset
+
+    try:
+        report = validate_dataset(args.path, report_dir=args.report_dir, out=args.out)
+    except ContractError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    print(f"  report: {report.report_path}")
+    if report.quarantined_fraction > args.max_quarantine_fraction:
+        print(f"FAILED: {report.quarantined_fraction:.4%} of rows quarantined "
+              f"(allowed {args.max_quarantine_fraction:.4%})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    if args.source == "movielens":
+        from gem.data.adapters.movielens import convert_movielens
+
+        manifest = convert_movielens(args.raw, args.out)
+    else:
+        from gem.data.adapters.taobao import convert_taobao
+
+        manifest = convert_taobao(args.raw, args.out, seed=args.seed, negatives_per_click=args.negatives_per_click)
+    summary = manifest.extra["conversion"]
+    print(f"wrote {summary['events']:,} events, {summary['users']:,} users, {summary['items']:,} items to "
+          f"{args.out}; quarantined raw lines: {sum(summary['quarantined'].values())}")
+    return 0

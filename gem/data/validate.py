@@ -1,0 +1,364 @@
+"""Check a dataset against the contract; quarantine every bad row with its reason.
+
+Guarantee: for every table, processed + quarantined = input rows. A file that can't
+be read under the contract (not Parquet, a missing column, a column whose type can
+never hold the contract type) raises ContractError naming the file and column.
+
+Row reasons (one per row: the first rule it breaks, in this order):
+``wrong_type:<col>``, ``null:<col>``, ``unknown_surface``, ``unknown_event_type``,
+``bad_label:<col>``, ``outside_window``, ``wrong_day_partition``,
+``conversion_without_click``, ``conversion_on_organic``, ``missing_conversion_time``,
+``conversion_before_event``, ``ad_event_type``, ``unknown_user``, ``unknown_item``,
+``is_ad_mismatch``, ``duplicate_event_id``; for users/items: ``wrong_type:<col>``,
+``null:<key>``, ``duplicate_<key>``.
+
+Duplicates: the first row with a given event_id in canonical order (day, file name,
+row) is kept; later ones are quarantined, whatever else is wrong with the first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gem.data.coerce import coerce
+from gem.data.io import write_json_atomic, write_parquet_atomic
+from gem.data.contract import (
+    AD_EVENT_TYPE,
+    DAY_PARTITION,
+    EVENTS_DIR,
+    EVENTS_SCHEMA,
+    ITEMS_FILE,
+    ITEMS_SCHEMA,
+    PRIMARY_KEYS,
+    USERS_FILE,
+    USERS_SCHEMA,
+    ContractError,
+    Manifest,
+    event_files,
+)
+
+log = logging.getLogger(__name__)
+
+REPORT_DIR = "_validation"  # leading underscore: Parquet dataset readers skip it
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("table", pa.string()),
+        ("source_file", pa.string()),
+        ("source_row", pa.int64()),
+        ("reason", pa.string()),
+        ("record", pa.string()),  # the original row as JSON: nothing is lost
+    ]
+)
+
+
+@dataclass
+class ValidationReport:
+    dataset: str
+    input_rows: dict[str, int] = field(default_factory=dict)
+    processed_rows: dict[str, int] = field(default_factory=dict)
+    quarantined_rows: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)  # "<table>.<reason>" -> rows
+    files: int = 0
+    quarantine_path: str = ""
+    report_path: str = ""
+
+    @property
+    def reconciles(self) -> bool:
+        return all(
+            self.processed_rows.get(t, 0) + self.quarantined_rows.get(t, 0) == n
+            for t, n in self.input_rows.items()
+        )
+
+    @property
+    def quarantined_fraction(self) -> float:
+        total = sum(self.input_rows.values())
+        return sum(self.quarantined_rows.values()) / total if total else 0.0
+
+    def summary(self) -> str:
+        lines = [f"dataset {self.dataset}: {self.files} event files"]
+        for table, n in self.input_rows.items():
+            lines.append(
+                f"  {table:<7} input {n:>12,}  processed {self.processed_rows.get(table, 0):>12,}"
+                f"  quarantined {self.quarantined_rows.get(table, 0):>10,}"
+            )
+        for reason, n in sorted(self.reasons.items(), key=lambda kv: -kv[1]):
+            lines.append(f"    {reason:<40} {n:>10,}")
+        lines.append(f"  reconciles: {self.reconciles}")
+        if self.quarantine_path:
+            lines.append(f"  quarantine: {self.quarantine_path}")
+        return "\n".join(lines)
+
+
+class _Quarantine:
+    """Appends quarantined rows to one Parquet file, opened on first use."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self._writer: pq.ParquetWriter | None = None
+
+    def add(self, table_name: str, source: str, raw: pa.Table, rows: np.ndarray, reasons: list[str]) -> None:
+        if len(rows) == 0:
+            return
+        records = raw.take(pa.array(rows)).to_pylist()
+        batch = pa.table(
+            {
+                "table": [table_name] * len(rows),
+                "source_file": [source] * len(rows),
+                "source_row": rows.astype(np.int64),
+                "reason": reasons,
+                "record": [json.dumps(r, default=str, sort_keys=True) for r in records],
+            },
+            schema=QUARANTINE_SCHEMA,
+        )
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self._tmp, QUARANTINE_SCHEMA)
+        self._writer.write_table(batch)
+
+    def close(self) -> None:
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(QUARANTINE_SCHEMA.empty_table(), self._tmp)
+        else:
+            self._writer.close()
+        os.replace(self._tmp, self.path)
+
+
+def validate_dataset(path: str | Path, *, report_dir: str | Path | None = None,
+                     out: str | Path | None = None) -> ValidationReport:
+    """Validate the dataset at ``path``.
+
+    Writes ``quarantine.parquet`` and ``validation_report.json`` to ``report_dir``
+    (default ``path/_validation``). With ``out``, also writes the processed rows as a
+    clean contract dataset there.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise ContractError(f"{root}: not a dataset directory")
+    manifest = Manifest.read(root)
+    report_dir = Path(report_dir) if report_dir else root / REPORT_DIR
+    report = ValidationReport(dataset=str(root))
+    quarantine = _Quarantine(report_dir / "quarantine.parquet")
+    reasons: Counter[str] = Counter()
+    out_root = Path(out) if out else None
+
+    users = _validate_entities(root / USERS_FILE, "users", USERS_SCHEMA, report, quarantine, reasons, out_root)
+    items = _validate_entities(root / ITEMS_FILE, "items", ITEMS_SCHEMA, report, quarantine, reasons, out_root)
+    item_ids = items.column("item_id").to_numpy()
+    item_is_ad = items.column("is_ad").to_numpy(zero_copy_only=False)
+    order = np.argsort(item_ids)
+    item_index = (item_ids[order], item_is_ad[order])
+    user_ids = np.sort(users.column("user_id").to_numpy())
+
+    files = event_files(root)
+    report.files = len(files)
+    duplicate = _duplicate_event_ids(files, root)
+    offset = 0
+    for file in files:
+        raw = _read(file, root, EVENTS_SCHEMA)
+        n = raw.num_rows
+        events, row_reason = _check_events(raw, file, root, manifest, user_ids, item_index, duplicate[offset: offset + n])
+        offset += n
+        bad = np.flatnonzero(row_reason != "")
+        quarantine.add("events", str(file.relative_to(root)), raw, bad, row_reason[bad].tolist())
+        reasons.update(f"events.{r}" for r in row_reason[bad])
+        report.input_rows["events"] = report.input_rows.get("events", 0) + n
+        report.quarantined_rows["events"] = report.quarantined_rows.get("events", 0) + len(bad)
+        good = events.filter(pa.array(row_reason == ""))
+        report.processed_rows["events"] = report.processed_rows.get("events", 0) + good.num_rows
+        if out_root is not None:
+            write_parquet_atomic(good.cast(EVENTS_SCHEMA), out_root / file.relative_to(root))
+    report.input_rows.setdefault("events", 0)
+    report.processed_rows.setdefault("events", 0)
+    report.quarantined_rows.setdefault("events", 0)
+    quarantine.close()
+    report.reasons = dict(sorted(reasons.items()))
+    report.quarantine_path = str(quarantine.path)
+    report.report_path = str(report_dir / "validation_report.json")
+    write_json_atomic(asdict(report) | {"reconciles": report.reconciles}, Path(report.report_path))
+    if out_root is not None:
+        manifest.extra = dict(manifest.extra, validated_from=str(root))
+        manifest.write(out_root)
+    if not report.reconciles:  # pragma: no cover - an invariant, not a user error
+        raise AssertionError(f"validation counts do not reconcile: {report}")
+    return report
+
+
+def _read(file: Path, root: Path, schema: pa.Schema) -> pa.Table:
+    """Read one file; check it is Parquet and has every contract column."""
+    name = str(file.relative_to(root)) if file.is_relative_to(root) else str(file)
+    try:
+        table = pq.read_table(file)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ContractError(f"{name}: not a readable Parquet file ({exc})") from exc
+    # a hive partition column read back from the path is not part of the file
+    table = table.drop_columns([c for c in (DAY_PARTITION,) if c in table.column_names and c not in schema.names])
+    missing = [f.name for f in schema if f.name not in table.column_names and f.nullable is False]
+    if missing:
+        raise ContractError(f"{name}: missing column {missing[0]!r} (all missing: {missing}); "
+                            f"the contract requires {schema.names}")
+    return table
+
+
+def _coerced_columns(raw: pa.Table, schema: pa.Schema, name: str) -> tuple[dict[str, pa.Array], np.ndarray]:
+    """Coerce each contract column; return columns and the per-row reason array."""
+    reason = np.full(raw.num_rows, "", dtype=object)
+    columns: dict[str, pa.Array] = {}
+    for fld in schema:
+        if fld.name not in raw.column_names:  # optional column absent: all null
+            columns[fld.name] = pa.nulls(raw.num_rows, fld.type)
+            continue
+        target = pa.int64() if pa.types.is_integer(fld.type) else fld.type
+        columns[fld.name], bad = coerce(raw.column(fld.name), target, file=name, column=fld.name)
+        _mark(reason, bad, f"wrong_type:{fld.name}")
+    for fld in schema:
+        if not fld.nullable:
+            _mark(reason, _null_mask(columns[fld.name]), f"null:{fld.name}")
+    return columns, reason
+
+
+def _validate_entities(file: Path, table_name: str, schema: pa.Schema, report: ValidationReport,
+                       quarantine: _Quarantine, reasons: Counter, out_root: Path | None) -> pa.Table:
+    if not file.is_file():
+        raise ContractError(f"{file}: missing; a dataset needs {USERS_FILE} and {ITEMS_FILE}")
+    raw = _read(file, file.parent, schema)
+    columns, reason = _coerced_columns(raw, schema, file.name)
+    key = PRIMARY_KEYS[table_name]
+    keys = columns[key].to_numpy(zero_copy_only=False)
+    valid_key = reason == ""
+    _mark(reason, _later_duplicates(np.where(valid_key, keys, 0), valid_key), f"duplicate_{key}")
+    bad = np.flatnonzero(reason != "")
+    quarantine.add(table_name, file.name, raw, bad, reason[bad].tolist())
+    reasons.update(f"{table_name}.{r}" for r in reason[bad])
+    good = pa.table(columns, schema=pa.schema([f.with_type(columns[f.name].type) for f in schema])).filter(
+        pa.array(reason == "")
+    ).cast(schema)
+    report.input_rows[table_name] = raw.num_rows
+    report.quarantined_rows[table_name] = len(bad)
+    report.processed_rows[table_name] = good.num_rows
+    if out_root is not None:
+        write_parquet_atomic(good, out_root / file.name)
+    return good
+
+
+def _duplicate_event_ids(files: list[Path], root: Path) -> np.ndarray:
+    """First pass over the event_id column only: mark every later repeat of an id."""
+    ids, valid = [], []
+    for file in files:
+        name = str(file.relative_to(root))
+        try:
+            column = pq.read_table(file, columns=["event_id"]).column("event_id")
+        except (pa.ArrowInvalid, OSError, KeyError) as exc:
+            _read(file, root, EVENTS_SCHEMA)  # raises the precise ContractError
+            raise ContractError(f"{name}: cannot read column 'event_id' ({exc})") from exc
+        values, bad = coerce(column, pa.int64(), file=name, column="event_id")
+        ok = ~bad & ~_null_mask(values)
+        ids.append(np.where(ok, pc.fill_null(values, 0).to_numpy(), 0))
+        valid.append(ok)
+    if not ids:
+        return np.zeros(0, bool)
+    return _later_duplicates(np.concatenate(ids), np.concatenate(valid))
+
+
+def _later_duplicates(keys: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """True where a valid key already appeared at an earlier valid position."""
+    positions = np.flatnonzero(valid)
+    _, first = np.unique(keys[positions], return_index=True)
+    duplicate = valid.copy()
+    duplicate[positions[first]] = False
+    return duplicate
+
+
+def _check_events(raw: pa.Table, file: Path, root: Path, manifest: Manifest, user_ids: np.ndarray,
+                  item_index: tuple[np.ndarray, np.ndarray], duplicate: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+    name = str(file.relative_to(root))
+    columns, reason = _coerced_columns(raw, EVENTS_SCHEMA, name)
+    col = {k: _np(v) for k, v in columns.items()}
+    _mark(reason, ~np.isin(col["surface"], manifest.surfaces), "unknown_surface")
+    _mark(reason, ~np.isin(col["event_type"], manifest.event_types), "unknown_event_type")
+    for label in ("click", "conversion"):
+        _mark(reason, ~np.isin(col[label], [0, 1]), f"bad_label:{label}")
+    t = col["event_time"]
+    start, end = _us(manifest.start), _us(manifest.end)
+    _mark(reason, (t < start) | (t >= end), "outside_window")
+    partition_day = _partition_day(file)
+    if partition_day is not None:
+        day_start = _us_of_day(partition_day)
+        _mark(reason, (t < day_start) | (t >= day_start + 86_400_000_000), "wrong_day_partition")
+    conv, click, is_ad = col["conversion"] == 1, col["click"] == 1, col["is_ad"].astype(bool)
+    _mark(reason, conv & ~click, "conversion_without_click")
+    _mark(reason, conv & ~is_ad, "conversion_on_organic")
+    conv_time = col["conversion_time"]
+    has_conv_time = ~_null_mask(columns["conversion_time"])
+    _mark(reason, conv & ~has_conv_time, "missing_conversion_time")
+    _mark(reason, has_conv_time & (conv_time < t), "conversion_before_event")
+    _mark(reason, is_ad & (col["event_type"] != AD_EVENT_TYPE), "ad_event_type")
+    _mark(reason, ~_sorted_member(col["user_id"], user_ids), "unknown_user")
+    item_ids, item_is_ad = item_index
+    pos = np.clip(np.searchsorted(item_ids, col["item_id"]), 0, max(len(item_ids) - 1, 0))
+    known_item = (len(item_ids) > 0) & (item_ids[pos] == col["item_id"]) if len(item_ids) else np.zeros(len(pos), bool)
+    _mark(reason, ~known_item, "unknown_item")
+    _mark(reason, known_item & (item_is_ad[pos] != is_ad), "is_ad_mismatch")
+    _mark(reason, duplicate, "duplicate_event_id")
+    table = pa.table(columns, schema=pa.schema([f.with_type(columns[f.name].type) for f in EVENTS_SCHEMA]))
+    return table, reason
+
+
+def _mark(reason: np.ndarray, mask: np.ndarray, label: str) -> None:
+    """Record ``label`` for rows in ``mask`` that have no earlier reason."""
+    reason[mask & (reason == "")] = label
+
+
+def _null_mask(array: pa.Array) -> np.ndarray:
+    return pc.is_null(array).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _np(array: pa.Array) -> np.ndarray:
+    """Numpy view with nulls filled by a neutral value (null rows are already marked)."""
+    if pa.types.is_timestamp(array.type):
+        return pc.fill_null(array.cast(pa.int64()), 0).to_numpy()
+    if pa.types.is_boolean(array.type):
+        return pc.fill_null(array, False).to_numpy(zero_copy_only=False)
+    if pa.types.is_integer(array.type):
+        return pc.fill_null(array, 0).to_numpy()
+    return pc.fill_null(array, "").to_numpy(zero_copy_only=False)
+
+
+def _sorted_member(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    if len(sorted_keys) == 0:
+        return np.zeros(len(values), bool)
+    pos = np.clip(np.searchsorted(sorted_keys, values), 0, len(sorted_keys) - 1)
+    return sorted_keys[pos] == values
+
+
+def _partition_day(file: Path) -> dt.date | None:
+    name = file.parent.name
+    if not name.startswith(f"{DAY_PARTITION}="):
+        return None
+    try:
+        return dt.date.fromisoformat(name.split("=", 1)[1])
+    except ValueError as exc:
+        raise ContractError(f"{file}: partition folder {name!r} is not day=YYYY-MM-DD") from exc
+
+
+def _us(moment: dt.datetime) -> int:
+    return int(moment.timestamp() * 1_000_000)
+
+
+def _us_of_day(day: dt.date) -> int:
+    return _us(dt.datetime.combine(day, dt.time(), tzinfo=dt.timezone.utc))
+
+
+__all__ = ["ValidationReport", "validate_dataset", "REPORT_DIR", "EVENTS_DIR"]

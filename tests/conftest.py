@@ -1,0 +1,48 @@
+"""Shared fixtures: small generated datasets and the real-data location."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+MOVIELENS_DIR = SHARED_DATA / "movielens-100k"
+TAOBAO_CSV = SHARED_DATA / "taobao-userbehavior" / "UserBehavior.csv"
+
+
+def require_real_data(path: Path) -> Path:
+    """Skip (with the reason shown in the summary) when a real dataset is absent."""
+    if not path.exists():
+        pytest.skip(f"real dataset not found at {path} (see ../shared/data/README.md)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory) -> Path:
+    """A simulator dataset of a few thousand events (seed 0), shared read-only."""
+    from gem.config import load_config
+    from gem.data.simulate import SimulatorConfig, simulate
+
+    out = tmp_path_factory.mktemp("data") / "tiny"
+    simulate(load_config(SimulatorConfig, section="simulator", preset="tiny"), out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def movielens_dataset(tmp_path_factory) -> Path:
+    from gem.data.adapters.movielens import convert_movielens
+
+    out = tmp_path_factory.mktemp("data") / "movielens"
+    convert_movielens(require_real_data(MOVIELENS_DIR), out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def taobao_dataset(tmp_path_factory) -> Path:
+    from gem.data.adapters.taobao import convert_taobao
+
+    out = tmp_path_factory.mktemp("data") / "taobao"
+    convert_taobao(require_real_data(TAOBAO_CSV), out)
+    return out
