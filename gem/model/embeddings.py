@@ -1,0 +1,78 @@
+"""SparseArch: torchrec embedding tables for the non-sequence and sequence features.
+
+Shapes (B = batch size, F = number of sparse keys, N = total history tokens, D = dim):
+
+- non-sequence: ``EmbeddingBagCollection`` (sum pooling over the single id) ->
+  (B, F, D), stacked in ``FeatureSpec.sparse`` order via ``KeyedTensor.to_dict()``
+  (a sharded EBC may return its keys in another order).
+- sequence: ``EmbeddingCollection`` (no pooling, jagged) -> one (N, D) tensor per
+  key, summed over keys, plus a learned embedding of the log2-bucketed event age.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig, PoolingType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
+
+from gem.data.batch import Batch, FeatureSpec
+
+SPARSE_TABLE_PREFIX = "t_"
+SEQUENCE_TABLE_PREFIX = "s_"
+
+
+def sparse_table_configs(spec: FeatureSpec, dim: int) -> list[EmbeddingBagConfig]:
+    return [
+        EmbeddingBagConfig(
+            name=f"{SPARSE_TABLE_PREFIX}{key}", embedding_dim=dim, num_embeddings=max(int(card), 1),
+            feature_names=[key], pooling=PoolingType.SUM,
+        )
+        for key, card in spec.sparse.items()
+    ]
+
+
+def sequence_table_configs(spec: FeatureSpec, dim: int) -> list[EmbeddingConfig]:
+    return [
+        EmbeddingConfig(
+            name=f"{SEQUENCE_TABLE_PREFIX}{key}", embedding_dim=dim,
+            num_embeddings=max(int(card), 1), feature_names=[key],
+        )
+        for key, card in spec.sequence.items()
+    ]
+
+
+class SparseArch(nn.Module):
+    """Embeds a Batch's sparse and sequence KJTs.
+
+    ``forward(batch) -> (x_BFD, seq_ND)``: pooled non-sequence embeddings (B, F, D) and
+    summed per-token sequence embeddings (N, D) aligned with ``batch.sequence_offsets()``.
+    """
+
+    def __init__(self, spec: FeatureSpec, dim: int, age_buckets: int = 32) -> None:
+        super().__init__()
+        if not spec.sparse:
+            raise ValueError(f"spec.sparse={spec.sparse} must name at least one sparse feature")
+        self.sparse_keys = list(spec.sparse)
+        self.sequence_keys = list(spec.sequence)
+        self.dim = dim
+        self.ebc = EmbeddingBagCollection(tables=sparse_table_configs(spec, dim), device=torch.device("cpu"))
+        self.ec = (
+            EmbeddingCollection(tables=sequence_table_configs(spec, dim), device=torch.device("cpu"))
+            if self.sequence_keys else None
+        )
+        self.age_buckets = age_buckets
+        self.age_embedding = nn.Embedding(age_buckets, dim)
+        nn.init.normal_(self.age_embedding.weight, std=0.02)
+
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        pooled = self.ebc(batch.sparse).to_dict()
+        x_BFD = torch.stack([pooled[k] for k in self.sparse_keys], dim=1)
+        age_N = batch.sequence_age
+        bucket_N = torch.log2(age_N.clamp(min=1.0)).long().clamp(0, self.age_buckets - 1)
+        seq_ND = self.age_embedding(bucket_N)
+        if self.ec is not None:
+            jagged = self.ec(batch.sequence)
+            for key in self.sequence_keys:
+                seq_ND = seq_ND + jagged[key].values()
+        return x_BFD, seq_ND

@@ -1,0 +1,131 @@
+import math
+
+import pytest
+import torch
+
+from gem.data.batch import synthetic_batch
+from gem.model import (
+    GEM, DLRMBaseline, ModelConfig, build_model, count_parameters, forward_flops_per_example,
+    load_model_config, multitask_loss,
+)
+from gem.model.attention import jagged_self_attention
+from gem.model.jagged import gather_recent, keep_recent, offsets_of, prepend_tokens
+
+
+@pytest.mark.parametrize("arch", ["gem", "dlrm"])
+def test_forward_shapes_loss_and_backward(spec, arch):
+    cfg = load_model_config("tiny", [f"arch={arch}"])
+    model = build_model(cfg, spec)
+    assert isinstance(model, GEM if arch == "gem" else DLRMBaseline)
+    batch = synthetic_batch(spec, 12, mean_len=6.0)
+    out = model(batch, all_surfaces=True)
+    assert out.logits.shape == (12, 2)
+    assert out.all_logits.shape == (12, len(spec.surfaces), 2)
+    own = out.all_logits[torch.arange(12), batch.surface]
+    torch.testing.assert_close(own, out.logits)
+    loss, per_task = multitask_loss(out, batch.labels)
+    assert per_task.shape == (2,) and torch.isfinite(loss)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert sum(g is not None and bool(g.abs().sum() > 0) for g in grads) > 0.8 * len(grads)
+
+
+def test_conversion_is_click_then_convert(spec):
+    model = build_model(load_model_config("tiny"), spec).eval()
+    out = model(synthetic_batch(spec, 8))
+    p_click = torch.sigmoid(out.cond_logits[:, 0])
+    p_cond = torch.sigmoid(out.cond_logits[:, 1])
+    probs = out.probabilities()
+    torch.testing.assert_close(probs[:, 0], p_click)
+    torch.testing.assert_close(probs[:, 1], p_click * p_cond, rtol=1e-4, atol=1e-6)
+    assert bool((probs[:, 1] <= probs[:, 0]).all())
+
+
+def test_encode_is_side_separated(spec):
+    """The item embedding depends only on item keys; the user one not on item keys."""
+    model = build_model(load_model_config("tiny"), spec).eval()
+    batch = synthetic_batch(spec, 6)
+    enc = model.encode(batch)
+    assert enc.user.shape == (6, 16) and enc.item.shape == (6, 16) and enc.joint.shape == (6, 64)
+    values = batch.sparse.values().clone()
+    values[2 * 6: 3 * 6] = (values[2 * 6: 3 * 6] + 1) % 300  # change item_id only
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    batch.sparse = KeyedJaggedTensor.from_lengths_sync(batch.sparse.keys(), values, batch.sparse.lengths())
+    enc2 = model.encode(batch)
+    torch.testing.assert_close(enc.user, enc2.user)
+    assert not torch.allclose(enc.item, enc2.item)
+
+
+def test_empty_histories_and_pyramid(spec):
+    cfg = load_model_config("tiny", ["pyramid=[4,2]", "attention_form=gdpa"])
+    model = build_model(cfg, spec)
+    batch = synthetic_batch(spec, 5, mean_len=0.0)
+    assert int(batch.sequence.lengths().sum()) == 0
+    out = model(batch)
+    assert torch.isfinite(out.logits).all()
+    long_batch = synthetic_batch(spec, 5, mean_len=12.0)
+    assert torch.isfinite(model(long_batch).logits).all()
+
+
+def test_history_matters_and_padding_free(spec):
+    """Examples are independent: an example's output doesn't depend on its batch mates."""
+    model = build_model(load_model_config("tiny"), spec).eval()
+    batch = synthetic_batch(spec, 6, mean_len=8.0)
+    full = model(batch).logits
+    from gem.training.data import slice_batch
+
+    part = model(slice_batch(batch, 2, 5)).logits
+    torch.testing.assert_close(part, full[2:5], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["softmax", "gdpa"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_padded_attention_matches_loop(form, causal):
+    gen = torch.Generator().manual_seed(0)
+    offsets = offsets_of(torch.tensor([3, 0, 5, 1]))
+    q, k, v = (torch.randn(9, 2, 4, generator=gen, requires_grad=True) for _ in range(3))
+    ref = jagged_self_attention(q, k, v, offsets, max_seq_len=8, form=form, causal=causal, backend="loop")
+    out = jagged_self_attention(q, k, v, offsets, max_seq_len=8, form=form, causal=causal, backend="padded")
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    g_ref = torch.autograd.grad(ref.sum(), (q, k, v))
+    g_out = torch.autograd.grad(out.sum(), (q, k, v))
+    for a, b in zip(g_out, g_ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_jagged_helpers():
+    offsets = offsets_of(torch.tensor([2, 0, 3]))
+    values = torch.arange(5, dtype=torch.float32)[:, None]
+    out, new_off = prepend_tokens(values, offsets, torch.full((3, 1, 1), -1.0))
+    assert new_off.tolist() == [0, 3, 4, 8]
+    assert out[:, 0].tolist() == [-1, 0, 1, -1, -1, 2, 3, 4]
+    kept, kept_off = keep_recent(out, new_off, 1, 2)
+    assert kept_off.tolist() == [0, 3, 4, 7] and kept[:, 0].tolist() == [-1, 0, 1, -1, -1, 3, 4]
+    recent = gather_recent(kept, kept_off, 1, 3)[..., 0]
+    assert recent.tolist() == [[0, 0, 1], [0, 0, 0], [0, 3, 4]]
+
+
+def test_parameter_and_flop_counts(spec):
+    model = build_model(load_model_config("tiny"), spec)
+    counts = count_parameters(model)
+    assert counts["embedding"] == 16 * (200 + 8 + 300 + 20 + 300 + 4)
+    assert counts["total"] == counts["embedding"] + counts["dense"]
+    flops = forward_flops_per_example(model, batch_size=8)
+    # At least the matmuls of the trunk's first layer, per example.
+    trunk_in = model.heads.trunk[0].in_features
+    assert flops > 2 * trunk_in * 64
+    assert math.isfinite(flops)
+
+
+def test_config_errors_carry_value_and_rule(spec):
+    with pytest.raises(ValueError, match="attention_form='relu'"):
+        ModelConfig(attention_form="relu").validate()
+    with pytest.raises(ValueError, match=r"pyramid=\[4\] must list one token budget per layer"):
+        ModelConfig(num_layers=2, pyramid=[4]).validate()
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "base", "large"])
+def test_presets_load(preset):
+    cfg = load_model_config(preset)
+    assert cfg.embedding_dim >= 16 and cfg.num_layers >= 1
