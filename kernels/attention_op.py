@@ -1,0 +1,140 @@
+"""torch.library registration of jagged attention: forward and backward custom ops.
+
+`gem_kernels::jagged_attention_fwd` returns (out, lse); lse is the per-(token, head)
+log-sum-exp the Triton softmax backward needs, and an empty tensor for other backends
+and forms. `gem_kernels::jagged_attention_bwd` returns (dq, dk, dv, dbias), dbias empty
+when there is no bias. Both have fake (meta) impls, so torch.compile traces through them
+without running a kernel; autograd links them through register_autograd.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from kernels.common import Backend
+
+Tensor = torch.Tensor
+
+
+def _check_offsets(offsets: Tensor, num_tokens: int) -> None:
+    """Value checks that read offsets; only on CPU, where they cost no device sync."""
+    if offsets.device.type != "cpu" or offsets.numel() == 0:
+        return
+    if int(offsets[-1]) != num_tokens:
+        raise ValueError(f"offsets[-1] ({int(offsets[-1])}) must equal the number of tokens "
+                         f"q.shape[0] ({num_tokens})")
+    if int(offsets[0]) < 0 or bool((offsets[1:] < offsets[:-1]).any()):
+        raise ValueError(f"offsets must be non-negative and non-decreasing; got {offsets.tolist()[:16]}")
+
+
+def _lse_shape(q: Tensor, form: str, backend: str) -> tuple[int, ...]:
+    if backend == Backend.TRITON.value and form == "softmax":
+        return (q.shape[0], q.shape[1])
+    return (0,)
+
+
+@torch.library.custom_op("gem_kernels::jagged_attention_fwd", mutates_args=())
+def jagged_attention_fwd(
+    q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_seq_len: int, form: str,
+    causal: bool, attn_bias: Optional[Tensor], num_targets: Optional[Tensor],
+    activation: str, backend: str,
+) -> tuple[Tensor, Tensor]:
+    _check_offsets(offsets, q.shape[0])
+    args = (q, k, v, offsets, max_seq_len, form, causal, attn_bias, num_targets, activation)
+    lse = q.new_empty(_lse_shape(q, form, backend), dtype=torch.float32)
+    if backend == Backend.PYTORCH.value:
+        from kernels.pytorch.pt_jagged_attention import pytorch_jagged_attention
+
+        out = pytorch_jagged_attention(q, k, v, offsets, max_seq_len=max_seq_len, form=form,
+                                       causal=causal, attn_bias=attn_bias,
+                                       num_targets=num_targets, activation=activation)
+        out = out.contiguous()
+    elif backend == Backend.BUCKETED.value:
+        from kernels.bucketed.bucketed_jagged_attention import bucketed_forward
+
+        out = bucketed_forward(*args)
+    elif backend == Backend.TRITON.value:
+        from kernels.triton.triton_jagged_attention import triton_jagged_attention_fwd
+
+        out, lse = triton_jagged_attention_fwd(*args)
+    else:
+        raise ValueError(f"unknown backend {backend!r}")
+    return out, lse
+
+
+@jagged_attention_fwd.register_fake
+def _jagged_attention_fwd_fake(q, k, v, offsets, max_seq_len, form, causal, attn_bias,
+                               num_targets, activation, backend):
+    out = q.new_empty(q.shape[0], q.shape[1], v.shape[2])
+    return out, q.new_empty(_lse_shape(q, form, backend), dtype=torch.float32)
+
+
+def _reference_backward(grad_out, q, k, v, offsets, max_seq_len, form, causal, attn_bias,
+                        num_targets, activation):
+    from kernels.pytorch.pt_jagged_attention import pytorch_jagged_attention
+
+    with torch.enable_grad():
+        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+        bias = None if attn_bias is None else attn_bias.detach().requires_grad_()
+        out = pytorch_jagged_attention(*leaves, offsets, max_seq_len=max_seq_len, form=form,
+                                       causal=causal, attn_bias=bias, num_targets=num_targets,
+                                       activation=activation)
+        inputs = leaves + ([bias] if bias is not None else [])
+        grads = torch.autograd.grad(out, inputs, grad_out, allow_unused=True)
+    grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs)]
+    return grads[0], grads[1], grads[2], (grads[3] if bias is not None else None)
+
+
+@torch.library.custom_op("gem_kernels::jagged_attention_bwd", mutates_args=())
+def jagged_attention_bwd(
+    grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, out: Tensor,
+    lse: Tensor, max_seq_len: int, form: str, causal: bool, attn_bias: Optional[Tensor],
+    num_targets: Optional[Tensor], activation: str, backend: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    args = (grad_out, q, k, v, offsets, max_seq_len, form, causal, attn_bias, num_targets,
+            activation)
+    if backend == Backend.PYTORCH.value:
+        dq, dk, dv, dbias = _reference_backward(*args)
+    elif backend == Backend.BUCKETED.value:
+        from kernels.bucketed.bucketed_jagged_attention import bucketed_backward
+
+        dq, dk, dv, dbias = bucketed_backward(*args)
+    elif backend == Backend.TRITON.value:
+        from kernels.triton.triton_jagged_attention import triton_jagged_attention_bwd
+
+        dq, dk, dv, dbias = triton_jagged_attention_bwd(
+            grad_out, q, k, v, offsets, out, lse, max_seq_len, form, causal, attn_bias,
+            num_targets, activation)
+    else:
+        raise ValueError(f"unknown backend {backend!r}")
+    if dbias is None:
+        dbias = q.new_empty(0)
+    return dq.contiguous(), dk.contiguous(), dv.contiguous(), dbias.contiguous()
+
+
+@jagged_attention_bwd.register_fake
+def _jagged_attention_bwd_fake(grad_out, q, k, v, offsets, out, lse, max_seq_len, form, causal,
+                               attn_bias, num_targets, activation, backend):
+    dbias = q.new_empty(0) if attn_bias is None else torch.empty_like(attn_bias)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dbias
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, offsets, max_seq_len, form, causal, attn_bias, num_targets, activation, backend = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, offsets, out, lse, attn_bias, num_targets)
+    ctx.params = (max_seq_len, form, causal, activation, backend)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, offsets, out, lse, attn_bias, num_targets = ctx.saved_tensors
+    max_seq_len, form, causal, activation, backend = ctx.params
+    dq, dk, dv, dbias = torch.ops.gem_kernels.jagged_attention_bwd(
+        grad_out.contiguous(), q, k, v, offsets, out, lse, max_seq_len, form, causal, attn_bias,
+        num_targets, activation, backend)
+    return dq, dk, dv, None, None, None, None, (dbias if attn_bias is not None else None), None, None, None
+
+
+jagged_attention_fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,176 @@
+"""Jagged attention as length-bucketed batched matmuls (the CPU fast path).
+
+Per chunk of similar-length sequences (planning.py): gather q, k, v to (H, n, Lp, D),
+then per head group S = Q K^T / sqrt(D) (+ bias), mask, softmax or act(S)/L, O = P V,
+and scatter O back to its tokens. The backward recomputes S chunk by chunk instead of
+saving the weights, so peak extra memory is one chunk's score buffers whatever the batch.
+Shape legend: kernels/attention_spec.py (n sequences in a chunk, Lp its padded size).
+Half types compute in float32.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kernels.attention_spec import (
+    ACTIVATIONS,
+    allowed_mask,
+    bias_radius,
+    history_lengths,
+    kept_spans,
+    relative_position_index,
+)
+from kernels.bucketed.planning import Chunk, plan_chunks
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class _ChunkMasks:
+    """What a chunk's scores need besides q and k, built once for all its heads.
+
+    softmax_fill: (n, Lp, Lp) bool, True where the score becomes -inf (softmax form).
+    gdpa_norm: (n, Lp, Lp) allowed / L (gdpa form): mask and normalization in one factor.
+    bias_index: (n or 1, Lp, Lp) index into the bias table, or None.
+    """
+
+    softmax_fill: Tensor | None
+    gdpa_norm: Tensor | None
+    bias_index: Tensor | None
+
+
+class _Problem:
+    """Everything the forward and the backward share for one call."""
+
+    def __init__(self, q: Tensor, offsets: Tensor, max_seq_len: int, form: str, causal: bool,
+                 attn_bias: Tensor | None, num_targets: Tensor | None, activation: str):
+        self.num_tokens, self.num_heads, dim = q.shape
+        self.scale = 1.0 / math.sqrt(dim)
+        self.dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        self.form, self.causal, self.activation = form, causal, ACTIVATIONS[activation]
+        self.bias = None if attn_bias is None else attn_bias.to(self.dtype)
+        self.with_targets = num_targets is not None
+        starts, lengths = kept_spans(offsets, max_seq_len)
+        history = history_lengths(lengths, num_targets)
+        self.chunks = plan_chunks(starts, lengths, history, self.num_tokens, self.num_heads)
+
+    def gather(self, x: Tensor, chunk: Chunk, scale: float | None = None) -> Tensor:
+        """(T, H, D) -> (H, n, Lp, D) in the compute dtype, times `scale` if given."""
+        out = x.permute(1, 0, 2).index_select(1, chunk.gather).to(self.dtype)
+        if scale is not None:
+            out.mul_(scale)
+        return out.view(self.num_heads, -1, chunk.size, x.shape[2])
+
+    def new_output(self, like: Tensor) -> Tensor:
+        """(T+1, H, D) zeros; row T takes the writes of padding positions."""
+        return like.new_zeros(self.num_tokens + 1, self.num_heads, like.shape[2], dtype=self.dtype)
+
+    def masks(self, chunk: Chunk) -> _ChunkMasks:
+        size = chunk.size
+        allowed = allowed_mask(chunk.lengths, chunk.history, size, self.causal)
+        fill = norm = index = None
+        if self.form == "softmax":
+            # Padding queries keep their diagonal, so no row is all -inf.
+            eye = torch.eye(size, dtype=torch.bool, device=allowed.device)
+            fill = ~(allowed | eye)
+        else:
+            inv_len = 1.0 / chunk.lengths.clamp(min=1).to(self.dtype)
+            norm = allowed.to(self.dtype) * inv_len.view(-1, 1, 1)
+        if self.bias is not None:
+            history = chunk.history if self.with_targets else chunk.history.new_full((1,), size)
+            index = relative_position_index(history, size, bias_radius(self.bias))
+        return _ChunkMasks(fill, norm, index)
+
+    def scores(self, q_g: Tensor, k_g: Tensor, masks: _ChunkMasks, heads: slice) -> Tensor:
+        """S (h, n, Lp, Lp) for the head group: q_g (h, n, Lp, D) already scaled."""
+        h, n, size, dim = q_g.shape
+        s = torch.bmm(q_g.view(-1, size, dim), k_g.view(-1, size, dim).transpose(1, 2))
+        s = s.view(h, n, size, size)
+        if masks.bias_index is not None:
+            s += self.bias[heads][:, masks.bias_index]
+        if masks.softmax_fill is not None:
+            s.masked_fill_(masks.softmax_fill, float("-inf"))
+        return s
+
+
+def _scatter(dest: Tensor, chunk: Chunk, values: Tensor) -> None:
+    """values (H, n, Lp, D) -> rows of dest (T+1, H, D); padding lands on row T."""
+    num_heads, _, _, dim = values.shape
+    dest.permute(1, 0, 2).index_copy_(1, chunk.scatter, values.view(num_heads, -1, dim))
+
+
+def _finish(buffer: Tensor, num_tokens: int, dtype: torch.dtype) -> Tensor:
+    """(T+1, H, D) compute buffer -> (T, H, D) result in `dtype`."""
+    return buffer[:num_tokens].to(dtype)
+
+
+def _head_groups(num_heads: int, chunk: Chunk) -> list[slice]:
+    step = chunk.heads_per_group
+    return [slice(h, min(h + step, num_heads)) for h in range(0, num_heads, step)]
+
+
+def bucketed_forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_seq_len: int,
+                     form: str, causal: bool, attn_bias: Tensor | None,
+                     num_targets: Tensor | None, activation: str) -> Tensor:
+    """q, k: (T, H, D), v: (T, H, Dv) -> (T, H, Dv). No autograd; see bucketed_backward."""
+    pb = _Problem(q, offsets, max_seq_len, form, causal, attn_bias, num_targets, activation)
+    out = pb.new_output(v)
+    for chunk in pb.chunks:
+        size = chunk.size
+        q_c, k_c, v_c = pb.gather(q, chunk, pb.scale), pb.gather(k, chunk), pb.gather(v, chunk)
+        masks = pb.masks(chunk)
+        o_c = torch.empty_like(v_c)
+        for heads in _head_groups(pb.num_heads, chunk):
+            s = pb.scores(q_c[heads], k_c[heads], masks, heads)
+            if form == "softmax":
+                weights = torch.softmax(s, dim=-1)
+            else:
+                weights = pb.activation.fn(s).mul_(masks.gdpa_norm)
+            torch.bmm(weights.view(-1, size, size), v_c[heads].view(-1, size, v.shape[2]),
+                      out=o_c[heads].view(-1, size, v.shape[2]))
+        _scatter(out, chunk, o_c)
+    return _finish(out, pb.num_tokens, q.dtype)
+
+
+def bucketed_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
+                      max_seq_len: int, form: str, causal: bool, attn_bias: Tensor | None,
+                      num_targets: Tensor | None, activation: str
+                      ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Gradients (dq, dk, dv, d attn_bias or None) for grad_out (T, H, Dv)."""
+    pb = _Problem(q, offsets, max_seq_len, form, causal, attn_bias, num_targets, activation)
+    dq, dk, dv = pb.new_output(q), pb.new_output(k), pb.new_output(v)
+    dbias = None if pb.bias is None else torch.zeros_like(pb.bias)
+    for chunk in pb.chunks:
+        size = chunk.size
+        q_c, k_c = pb.gather(q, chunk, pb.scale), pb.gather(k, chunk)
+        v_c, do_c = pb.gather(v, chunk), pb.gather(grad_out, chunk)
+        masks = pb.masks(chunk)
+        dq_c, dk_c, dv_c = torch.empty_like(q_c), torch.empty_like(k_c), torch.empty_like(v_c)
+        for heads in _head_groups(pb.num_heads, chunk):
+            bmm_shape = lambda x: x[heads].view(-1, size, x.shape[-1])  # noqa: E731
+            s = pb.scores(q_c[heads], k_c[heads], masks, heads)
+            d_weights = torch.bmm(bmm_shape(do_c), bmm_shape(v_c).transpose(1, 2))
+            if form == "softmax":
+                weights = torch.softmax(s, dim=-1).view(-1, size, size)
+                ds = torch._softmax_backward_data(d_weights, weights, -1, weights.dtype)
+            else:
+                weights = pb.activation.fn(s).mul_(masks.gdpa_norm).view(-1, size, size)
+                d_weights = d_weights.view_as(s).mul_(masks.gdpa_norm)
+                ds = pb.activation.grad(d_weights, s).view(-1, size, size)
+            torch.bmm(weights.transpose(1, 2), bmm_shape(do_c), out=bmm_shape(dv_c))
+            torch.bmm(ds, bmm_shape(k_c), out=bmm_shape(dq_c))
+            torch.bmm(ds.transpose(1, 2), bmm_shape(q_c), out=bmm_shape(dk_c))
+            if dbias is not None:
+                ds_h = ds.view(heads.stop - heads.start, -1, size * size)
+                if masks.bias_index.shape[0] == 1:  # no targets: one index for the whole chunk
+                    ds_h = ds_h.sum(dim=1)
+                dbias[heads].index_add_(1, masks.bias_index.reshape(-1),
+                                        ds_h.reshape(ds_h.shape[0], -1))
+        dq_c.mul_(pb.scale)
+        for dest, values in ((dq, dq_c), (dk, dk_c), (dv, dv_c)):
+            _scatter(dest, chunk, values)
+    grads = tuple(_finish(x, pb.num_tokens, q.dtype) for x in (dq, dk, dv))
+    return (*grads, None if dbias is None else dbias.to(attn_bias.dtype))

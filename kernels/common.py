@@ -1,0 +1,74 @@
+"""Backend selection shared by the ops in kernels/.
+
+Every op has one public function and several implementations; `Backend` names
+them and `select_backend` picks one from the device, what is installed, an
+explicit argument, and the GEM_ATTENTION_BACKEND environment variable (the
+argument wins over the variable, the variable over the automatic choice).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import os
+
+import torch
+
+BACKEND_ENV_VAR = "GEM_ATTENTION_BACKEND"
+
+
+class Backend(str, enum.Enum):
+    """Implementations of the jagged attention op.
+
+    PYTORCH: per-sequence reference loop; any device and dtype (float64 too); ground truth.
+    BUCKETED: length-bucketed batched matmuls with a hand-written backward; the CPU path
+        (pure PyTorch, so it also runs on CUDA).
+    TRITON: fused flash-style kernels; CUDA tensors, or CPU tensors under TRITON_INTERPRET=1.
+    """
+
+    PYTORCH = "pytorch"
+    BUCKETED = "bucketed"
+    TRITON = "triton"
+
+
+def triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def triton_interpreting() -> bool:
+    """True when TRITON_INTERPRET=1, which runs Triton kernels on CPU tensors (slowly)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
+
+def parse_backend(value: Backend | str) -> Backend:
+    if isinstance(value, Backend):
+        return value
+    try:
+        return Backend(str(value).strip().lower())
+    except ValueError:
+        names = ", ".join(b.value for b in Backend)
+        raise ValueError(f"backend must be one of {names}; got {value!r}") from None
+
+
+def select_backend(device: torch.device, requested: Backend | str | None = None) -> Backend:
+    """The backend to run on `device`: requested, else $GEM_ATTENTION_BACKEND, else automatic.
+
+    Automatic: TRITON for CUDA tensors when Triton is installed, BUCKETED otherwise.
+    A forced TRITON on a CPU tensor is refused unless TRITON_INTERPRET=1.
+    """
+    if requested is None:
+        requested = os.environ.get(BACKEND_ENV_VAR) or None
+    if requested is None:
+        if device.type == "cuda" and triton_installed():
+            return Backend.TRITON
+        return Backend.BUCKETED
+    backend = parse_backend(requested)
+    if backend is Backend.TRITON:
+        if not triton_installed():
+            raise ValueError("backend 'triton' needs the triton package, which is not installed")
+        if device.type != "cuda" and not triton_interpreting():
+            raise ValueError(
+                f"backend 'triton' needs CUDA tensors (got device {device}); "
+                "set TRITON_INTERPRET=1 to run the kernels on CPU tensors for testing"
+            )
+    return backend

@@ -1,0 +1,71 @@
+"""Reference jagged attention: a plain loop over sequences, differentiable by autograd.
+
+Slow and obviously correct; every other backend is tested against it. Runs in the
+inputs' dtype (use float64 for ground truth). Conventions: kernels/attention_spec.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kernels.attention_spec import (
+    ACTIVATIONS,
+    allowed_mask,
+    bias_radius,
+    history_lengths,
+    kept_spans,
+    relative_position_index,
+)
+
+
+def pytorch_jagged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    max_seq_len: int,
+    form: str = "softmax",
+    causal: bool = False,
+    attn_bias: torch.Tensor | None = None,
+    num_targets: torch.Tensor | None = None,
+    activation: str = "silu",
+) -> torch.Tensor:
+    """q, k: (T, H, D); v: (T, H, Dv); offsets: (B+1,) int64 -> (T, H, Dv).
+
+    attn_bias: (H, 2R+1) relative position table or None; num_targets: (B,) or None.
+    """
+    num_tokens, num_heads, dim = q.shape
+    scale = 1.0 / math.sqrt(dim)
+    starts, lengths = kept_spans(offsets, max_seq_len)
+    history = history_lengths(lengths, num_targets)
+    pieces = []
+    cursor = 0
+    for start, length, hist in zip(starts.tolist(), lengths.tolist(), history.tolist()):
+        if start > cursor:  # tokens dropped by truncation (or before the first sequence)
+            pieces.append(v.new_zeros(start - cursor, num_heads, v.shape[2]))
+        cursor = start + length
+        if length == 0:
+            continue
+        q_hld = q[start:cursor].transpose(0, 1)
+        k_hld = k[start:cursor].transpose(0, 1)
+        v_hld = v[start:cursor].transpose(0, 1)
+        scores = q_hld @ k_hld.transpose(1, 2) * scale  # (H, L, L)
+        hist_t = torch.tensor([hist], device=q.device)
+        allowed = allowed_mask(torch.tensor([length], device=q.device), hist_t, length, causal)[0]
+        if attn_bias is not None:
+            index = relative_position_index(hist_t, length, bias_radius(attn_bias))[0]
+            scores = scores + attn_bias[:, index].to(scores.dtype)
+        if form == "softmax":
+            weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        else:
+            act = ACTIVATIONS[activation].fn(scores)
+            weights = torch.where(allowed, act, torch.zeros_like(act)) / length
+        pieces.append((weights @ v_hld).transpose(0, 1))
+    if num_tokens > cursor:
+        pieces.append(v.new_zeros(num_tokens - cursor, num_heads, v.shape[2]))
+    if not pieces:
+        return v.new_zeros(num_tokens, num_heads, v.shape[2])
+    return torch.cat(pieces, dim=0)
