@@ -21,7 +21,7 @@ $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	sed 's/^fbgemm_gpu-cpu==/$(FBGEMM)==/' requirements.lock > $(VENV)/requirements.txt
 	$(BIN)/pip install --quiet --no-deps -r $(VENV)/requirements.txt
-	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/pip install --quiet --no-deps -e .
 	rm -f $(VENV)/.installed-*
 	touch $@
 
