@@ -14,12 +14,13 @@ import pyarrow.parquet as pq
 from gem.data.contract import EVENTS_SCHEMA, day_dir
 
 
-def write_parquet_atomic(table: pa.Table, path: Path) -> None:
-    """Write to a hidden temp name, then rename: readers never see a partial file."""
+def write_parquet_atomic(table: pa.Table, path: Path, compression: str = "snappy") -> None:
+    """Write to a hidden temp name, then rename: readers never see a partial file.
+    (snappy: about twice as fast to write as zstd, for ~35% more bytes.)"""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd")
+    pq.write_table(table, tmp, compression=compression)
     os.replace(tmp, path)
 
 

@@ -290,9 +290,9 @@ def _simulate_chunk(cfg: SimulatorConfig, w: _World, users: dict[str, np.ndarray
         return 0
     u_local = np.repeat(np.repeat(np.arange(n_users), n_days), counts.ravel())
     day = np.repeat(np.tile(np.arange(n_days), n_users), counts.ravel())
-    second = rng.random(n) * SECONDS_PER_DAY
-    surface = (rng.random(n)[:, None] > surface_cum[u_local]).sum(axis=1).clip(0, n_surf - 1)
-    is_ad = rng.random(n) < np.asarray(cfg.ad_rate_by_surface)[surface]
+    second = rng.random(n) * SECONDS_PER_DAY  # float64: microsecond timestamps
+    surface = (rng.random(n, dtype=np.float32)[:, None] > surface_cum[u_local]).sum(axis=1).clip(0, n_surf - 1)
+    is_ad = rng.random(n, dtype=np.float32) < np.asarray(cfg.ad_rate_by_surface)[surface]
 
     # exposure: targeted by the user's interest of the day, or random. Topic sampling
     # goes through one CDF per (user, day) group, offset so that group g occupies
@@ -304,7 +304,7 @@ def _simulate_chunk(cfg: SimulatorConfig, w: _World, users: dict[str, np.ndarray
     cdf += np.arange(len(cdf))[:, None]
     group_ud = u_local * n_days + day
     targeted = np.clip(np.searchsorted(cdf.ravel(), group_ud + rng.random(n) * 0.999999) - group_ud * k, 0, k - 1)
-    topic = np.where(rng.random(n) < cfg.exposure_by_interest, targeted, rng.integers(0, k, n))
+    topic = np.where(rng.random(n, dtype=np.float32) < cfg.exposure_by_interest, targeted, rng.integers(0, k, n))
     pool_group = topic * 2 + is_ad
     pos = np.searchsorted(w.pool_cum, pool_group + rng.random(n))
     item = w.pool_items[np.minimum(pos, len(w.pool_items) - 1)]
@@ -324,20 +324,20 @@ def _simulate_chunk(cfg: SimulatorConfig, w: _World, users: dict[str, np.ndarray
         + np.where(is_ad, w.format_surface[w.item_format[item], surface], cfg.organic_click_bias)
         + user_bias[u_local]
     )
-    click = rng.random(n) < _sigmoid(click_logit)
+    click = rng.random(n, dtype=np.float32) < _sigmoid(click_logit)
     conv_logit = (
         cfg.conversion_bias
         + cfg.conversion_match_weight * match
         + w.objective_conv[w.item_objective[item]]
         + w.advertiser_conv[w.item_advertiser[item]]
     )
-    converts = click & is_ad & (rng.random(n) < _sigmoid(conv_logit))
+    converts = click & is_ad & (rng.random(n, dtype=np.float32) < _sigmoid(conv_logit))
     delay = rng.exponential(cfg.conversion_delay_hours * 3600.0, n)
     event_s = day * SECONDS_PER_DAY + second
     conv_s = event_s + 1.0 + delay
     converts &= conv_s < n_days * SECONDS_PER_DAY  # not observed inside the window
 
-    event_type = np.where(is_ad, 0, np.where(click, np.where(rng.random(n) < 0.7, 2, 3), 1))
+    event_type = np.where(is_ad, 0, np.where(click, np.where(rng.random(n, dtype=np.float32) < 0.7, 2, 3), 1))
 
     order = np.lexsort((event_s, u_local))
     start_us = int(start.timestamp() * 1_000_000)
