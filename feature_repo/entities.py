@@ -1,0 +1,9 @@
+"""Entities: the keys features hang on (raw contract ids, not dense ids)."""
+
+from feast import Entity, ValueType
+
+user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.INT64,
+              description="A person who sees ads and organic items (contract users.user_id).")
+
+item = Entity(name="item", join_keys=["item_id"], value_type=ValueType.INT64,
+              description="An ad or an organic item (contract items.item_id).")

@@ -1,0 +1,205 @@
+"""Build the training examples of a time window from a contract dataset.
+
+    plan = prepare_build(data_dir, out_dir, cfg)         # vocab, Feast work repo, staging
+    for shard in list_shards(plan): build_shard(plan, shard)   # independent, any process
+    manifest = finalize_build(plan, cfg)                 # report, manifest (written last)
+
+``build_features`` runs the three steps, fanning shards over processes. Output:
+
+    OUT/manifest.json   FeatureSpec, window, shards (+sha256), counts, bytes, digest
+    OUT/report.json     validation report (see report.py)
+    OUT/vocab/*.parquet vocabularies (id = 1 + row)
+    OUT/shards/<bucket>-<day>/{examples,history}.parquet, stats.json
+
+The manifest is removed when a build starts and written last: a directory without
+one is an unfinished build and the loader refuses it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import multiprocessing
+import os
+import shutil
+import time
+import types
+from pathlib import Path
+
+from gem.data.batch import FeatureSpec
+from gem.data.contract import EVENT_TYPES, MANIFEST, SURFACES, Manifest, parse_utc
+from gem.features.config import FeaturesConfig
+from gem.features.feast_repo import apply, copy_repo, resolve_repo
+from gem.features.feast_sources import export
+from gem.features.plan import BuildPlan, ShardKey, dataset_days, day_start_us, to_us, window_days
+from gem.features.report import build_report, log_to_mlflow, read_report
+from gem.features.shards import DENSE_FEATURES, SPARSE_FEATURES, build_shard, list_shards, read_stats
+from gem.features.staging import stage_day
+from gem.features.storage import dir_bytes, dir_digest, dumps, file_digest, write_json_atomic
+from gem.features.vocab import VOCAB_DIR, VOCAB_NAMES, Vocabularies, build_vocabularies
+
+log = logging.getLogger(__name__)
+
+FORMAT = "gem-features/1"
+REPORT_FILE = "report.json"
+# bytes of one materialized sequence element: item int32, event_type/surface/is_ad/action
+# int8, age float32 -- the "plain" layout the shard layout is compared with
+MATERIALIZED_ELEMENT_BYTES = 4 + 1 + 1 + 1 + 1 + 4
+SEQUENCE_CARDINALITY = {"seq_event_type": 1 + len(EVENT_TYPES), "seq_surface": 1 + len(SURFACES),
+                        "seq_is_ad": 3, "seq_action": 3}
+
+
+def feature_spec(vocab: Vocabularies, max_seq_len: int) -> FeatureSpec:
+    sparse = {"user_id": vocab.cardinality("user_id"), "item_id": vocab.cardinality("item_id")}
+    for name in SPARSE_FEATURES[2:]:
+        sparse[name] = vocab.cardinality(name.split("_", 1)[1])
+    sequence = {"seq_item_id": vocab.cardinality("item_id"), **SEQUENCE_CARDINALITY}
+    # keys sorted: the manifest JSON is key-sorted, so the spec reads back identical
+    return FeatureSpec(
+        sparse=dict(sorted(sparse.items())),
+        sequence=dict(sorted(sequence.items())),
+        dense=list(DENSE_FEATURES),
+        max_seq_len=max_seq_len,
+    )
+
+
+def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig, *,
+                  window_start: str | None = None, window_end: str | None = None) -> BuildPlan:
+    cfg.check()
+    data_dir, out_dir = Path(data_dir).resolve(), Path(out_dir).resolve()
+    manifest = Manifest.read(data_dir)
+    start = parse_utc(window_start) if window_start else manifest.start
+    end = parse_utc(window_end) if window_end else manifest.end
+    if start >= end:
+        raise ValueError(f"window start {start.isoformat()} must be before its end {end.isoformat()}")
+    start_us, end_us = to_us(start), to_us(end)
+    plan = BuildPlan(
+        data_dir=str(data_dir), out_dir=str(out_dir),
+        window_start=start.isoformat(), window_end=end.isoformat(),
+        window_start_us=start_us, window_end_us=end_us,
+        history_days=[d for d in dataset_days(data_dir) if day_start_us(d) < end_us],
+        example_days=window_days(start_us, end_us),
+        max_seq_len=cfg.max_seq_len, num_buckets=cfg.num_buckets, include_organic=cfg.include_organic,
+        feast_repo=str(resolve_repo(cfg.feast_repo)),
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MANIFEST).unlink(missing_ok=True)  # from here on the directory is "unfinished"
+    shutil.rmtree(plan.work_dir, ignore_errors=True)
+    vocab = Vocabularies.read(Path(cfg.vocab_from)) if cfg.vocab_from else build_vocabularies(
+        data_dir, end_us, cfg.min_count)
+    vocab.write(out_dir)
+    copy_repo(plan.feast_repo, plan.feast_dir)
+    export(data_dir, plan.feast_dir, parts=("users", "items"))
+    apply(plan.feast_dir, definitions_repo=plan.feast_repo)
+    plan.write()
+    with _pool(_workers(cfg, len(plan.history_days))) as pool:
+        staged = sum(pool.map(_stage_job, [(plan, d) for d in plan.history_days]))
+    log.info("features: staged %d events of %d days into %d buckets", staged, len(plan.history_days),
+             plan.num_buckets)
+    return plan
+
+
+def _stage_job(job: tuple[BuildPlan, str]) -> int:
+    plan, day = job
+    return stage_day(plan, Vocabularies.read(Path(plan.out_dir)), day)
+
+
+def _shard_job(job: tuple[BuildPlan, ShardKey]) -> dict:
+    return build_shard(*job)
+
+
+def _workers(cfg: FeaturesConfig, jobs: int) -> int:
+    return max(1, min(cfg.workers or os.cpu_count() or 1, jobs))
+
+
+@contextlib.contextmanager
+def _pool(workers: int):
+    if workers == 1:
+        yield types.SimpleNamespace(map=map)
+        return
+    # forkserver: the parent has duckdb/torch threads running; forking them is unsafe
+    ctx = multiprocessing.get_context("forkserver")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        yield pool
+
+
+def finalize_build(plan: BuildPlan, cfg: FeaturesConfig, *, previous_report: str | Path | None = None) -> dict:
+    """Check every shard exists, drop stale ones, write report.json then manifest.json."""
+    out = Path(plan.out_dir)
+    keys = list_shards(plan)
+    names = {k.name for k in keys}
+    missing = [k.name for k in keys if not (plan.shards_dir / k.name / "stats.json").is_file()]
+    if missing:
+        raise RuntimeError(f"{plan.shards_dir}: shards not built yet: {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+    for stale in plan.shards_dir.iterdir():
+        if stale.name not in names:  # another window's shard or a dead temp dir
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    stats = [read_stats(plan.shards_dir / k.name) for k in keys]
+    vocab = Vocabularies.read(out)
+    spec = feature_spec(vocab, plan.max_seq_len)
+    window = {"start": plan.window_start, "end": plan.window_end}
+    previous = read_report(previous_report) if previous_report else None
+    report = build_report(stats, window=window, max_seq_len=plan.max_seq_len, previous=previous)
+    write_json_atomic(report, out / REPORT_FILE)
+    manifest = _manifest(plan, cfg, spec, keys, stats, window)
+    write_json_atomic(manifest, out / MANIFEST)
+    if not cfg.keep_work:
+        shutil.rmtree(plan.work_dir, ignore_errors=True)
+    log_to_mlflow(report)
+    return manifest
+
+
+def _manifest(plan, cfg, spec, keys, stats, window) -> dict:
+    out = Path(plan.out_dir)
+    shards = []
+    for key, s in zip(keys, stats):
+        directory = plan.shards_dir / key.name
+        shards.append({"name": key.name, "bucket": key.bucket, "day": key.day, "examples": s["examples"],
+                       "history_events": s["history_events_stored"], "bytes": dir_bytes(directory),
+                       "sha256": dir_digest(directory)})
+    examples = sum(s["examples"] for s in shards)
+    seq_elements = sum(s["sequence_elements"] for s in stats)
+    total_bytes = sum(s["bytes"] for s in shards)
+    vocab_digests = {n: file_digest(out / VOCAB_DIR / f"{n}.parquet") for n in VOCAB_NAMES}
+    source = Manifest.read(Path(plan.data_dir))
+    digest = hashlib.sha256(dumps({"spec": spec.to_dict(), "window": window, "vocab": vocab_digests,
+                                   "shards": [(s["name"], s["sha256"]) for s in shards]}).encode()).hexdigest()
+    config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("workers", "keep_work", "feast_repo", "vocab_from")}
+    return {
+        "format": FORMAT,
+        "dataset": {"name": source.name, "source": source.source,
+                    "manifest_sha256": file_digest(Path(plan.data_dir) / MANIFEST)},
+        "window": window,
+        "spec": spec.to_dict(),
+        "config": config,
+        "shards": shards,
+        "counts": {"examples": examples, "shards": len(shards),
+                   "history_events_stored": sum(s["history_events"] for s in shards),
+                   "sequence_elements": seq_elements},
+        "bytes": {"total": total_bytes, "per_example": total_bytes / examples if examples else 0.0,
+                  "materialized_per_example": (seq_elements * MATERIALIZED_ELEMENT_BYTES / examples
+                                               if examples else 0.0)},
+        "vocab": {"sha256": vocab_digests, "cardinality": {n: len(v) + 1 for n, v in Vocabularies.read(out).values.items()}},
+        "digest": digest,
+    }
+
+
+def build_features(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig | None = None, *,
+                   window_start: str | None = None, window_end: str | None = None,
+                   previous_report: str | Path | None = None) -> dict:
+    """Build every shard of the window into ``out_dir``; returns the features manifest."""
+    cfg = cfg or FeaturesConfig()
+    started = time.perf_counter()
+    plan = prepare_build(data_dir, out_dir, cfg, window_start=window_start, window_end=window_end)
+    keys = list_shards(plan)
+    with _pool(_workers(cfg, len(keys))) as pool:
+        for i, _ in enumerate(pool.map(_shard_job, [(plan, k) for k in keys]), 1):
+            if i % max(1, len(keys) // 10) == 0 or i == len(keys):
+                log.info("features: %d/%d shards (%.1fs)", i, len(keys), time.perf_counter() - started)
+    manifest = finalize_build(plan, cfg, previous_report=previous_report)
+    log.info("features: %d examples in %d shards, %.1f bytes/example, %.1fs", manifest["counts"]["examples"],
+             len(keys), manifest["bytes"]["per_example"], time.perf_counter() - started)
+    return manifest

@@ -1,0 +1,30 @@
+"""FeaturesConfig: every knob of the features stage (presets in gem/configs/features/)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True)
+class FeaturesConfig:
+    max_seq_len: int = 1024  # last-N history events per example (the loader truncates to this)
+    num_buckets: int = 8  # user hash buckets; shards are (bucket, UTC day)
+    include_organic: bool = False  # also emit an example for every organic event
+    min_count: int = 1  # user/item ids seen fewer times before the window end map to 0
+    vocab_from: str = ""  # a previous features dir whose vocabularies are reused
+    workers: int = 0  # processes for staging and shard builds; 0 = one per core
+    feast_repo: str = ""  # Feast repo with the definitions; "" = the project's feature_repo/
+    recent_k: int = 20  # length of the Feast online recent-behaviour arrays
+    keep_work: bool = False  # keep the staging/Feast work dir after the build (debugging)
+
+    def check(self) -> None:
+        if not 1 <= self.max_seq_len <= 65_536:
+            raise ValueError(f"features.max_seq_len must be in [1, 65536], got {self.max_seq_len}")
+        if not 1 <= self.num_buckets <= 4096:
+            raise ValueError(f"features.num_buckets must be in [1, 4096], got {self.num_buckets}")
+        if self.min_count < 1:
+            raise ValueError(f"features.min_count must be >= 1, got {self.min_count}")
+        if self.recent_k < 1:
+            raise ValueError(f"features.recent_k must be >= 1, got {self.recent_k}")
+        if self.workers < 0:
+            raise ValueError(f"features.workers must be >= 0, got {self.workers}")

@@ -1,0 +1,97 @@
+"""Write the Feast repo's offline sources (``<repo>/data/*.parquet``) from a contract dataset.
+
+- ``user_attributes.parquet``: users.parquet + ``event_timestamp`` = attribute time.
+- ``item_attributes.parquet``: items.parquet + ``event_timestamp`` = attribute time.
+- ``user_recent_behavior.parquet``: one row per (user, distinct event_time) with the
+  last K events up to and including that time (oldest first; ties by event_id), so a
+  point-in-time lookup at t sees exactly the events at or before t.
+
+The attribute time is 1 second before the dataset's first event (or window start,
+whichever is earlier): attributes are static in the contract, and a row stamped
+before every impression can never be a feature "from the future".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gem.data.contract import EVENTS_DIR, ITEMS_FILE, TIMESTAMP, USERS_FILE, Manifest
+from gem.features.storage import write_parquet_atomic
+
+SOURCE_FILES = {
+    "users": "user_attributes.parquet",
+    "items": "item_attributes.parquet",
+    "recent": "user_recent_behavior.parquet",
+}
+
+
+def attribute_time(data_dir: Path) -> dt.datetime:
+    data_dir = Path(data_dir)
+    con = duckdb.connect()
+    try:
+        first_us = con.execute(
+            f"SELECT min(epoch_us(event_time)) FROM read_parquet('{data_dir / EVENTS_DIR}/day=*/*.parquet', "
+            "hive_partitioning=false)"
+        ).fetchone()[0]
+    finally:
+        con.close()
+    start = Manifest.read(data_dir).start
+    if first_us is not None:
+        start = min(start, dt.datetime.fromtimestamp(first_us / 1e6, dt.timezone.utc))
+    return start.replace(microsecond=0) - dt.timedelta(seconds=1)
+
+
+def export(data_dir: str | Path, repo_dir: str | Path, *, recent_k: int = 20,
+           parts: tuple[str, ...] = ("users", "items", "recent")) -> dict[str, Path]:
+    """Write the requested sources into ``repo_dir/data``; returns their paths."""
+    data_dir, out = Path(data_dir), Path(repo_dir) / "data"
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = attribute_time(data_dir)
+    written = {}
+    for part, file in (("users", USERS_FILE), ("items", ITEMS_FILE)):
+        if part in parts:
+            table = pq.read_table(data_dir / file)
+            column = pa.array([stamp] * table.num_rows, type=TIMESTAMP)
+            written[part] = out / SOURCE_FILES[part]
+            write_parquet_atomic(table.append_column("event_timestamp", column), written[part])
+    if "recent" in parts:
+        written["recent"] = out / SOURCE_FILES["recent"]
+        write_parquet_atomic(recent_behavior(data_dir, recent_k), written["recent"])
+    return written
+
+
+def recent_behavior(data_dir: Path, k: int) -> pa.Table:
+    """The recent-behaviour rows (see module docstring), sorted by (user_id, time)."""
+    events = f"{Path(data_dir) / EVENTS_DIR}/day=*/*.parquet"
+    query = f"""
+        WITH w AS (
+          SELECT user_id, event_time, event_id,
+                 list(item_id) OVER last_k AS recent_item_ids,
+                 list(event_type) OVER last_k AS recent_event_types,
+                 list(surface) OVER last_k AS recent_surfaces,
+                 row_number() OVER (PARTITION BY user_id ORDER BY event_time, event_id) AS history_count,
+                 row_number() OVER (PARTITION BY user_id, event_time ORDER BY event_id DESC) AS last_of_tie
+          FROM read_parquet('{events}', hive_partitioning=false)
+          WINDOW last_k AS (PARTITION BY user_id ORDER BY event_time, event_id
+                            ROWS BETWEEN {int(k) - 1} PRECEDING AND CURRENT ROW)
+        )
+        SELECT user_id, event_time AS event_timestamp, recent_item_ids, recent_event_types,
+               recent_surfaces, history_count
+        FROM w WHERE last_of_tie = 1 ORDER BY user_id, event_time
+    """
+    con = duckdb.connect()
+    try:
+        con.execute("SET threads TO 2")
+        table = con.sql(query).to_arrow_table()
+    finally:
+        con.close()
+    return table.cast(pa.schema([
+        pa.field("user_id", pa.int64()), pa.field("event_timestamp", TIMESTAMP),
+        pa.field("recent_item_ids", pa.list_(pa.int64())), pa.field("recent_event_types", pa.list_(pa.string())),
+        pa.field("recent_surfaces", pa.list_(pa.string())), pa.field("history_count", pa.int64()),
+    ]))

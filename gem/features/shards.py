@@ -1,0 +1,212 @@
+"""One shard = the examples of one (user bucket, UTC day) plus their users' histories.
+
+Layout of ``OUT/shards/b003-2026-01-05/``:
+
+- ``examples.parquet``, one row per example (impression), ordered by (user, time,
+  event_id): ``example_id``, ``user_id`` (raw), ``event_time`` (us), ``surface`` (index
+  into SURFACES), ``click``, ``conversion``, ``history_row`` and ``history_end`` (the
+  reference into history.parquet), ``history_len`` (full history length before
+  truncation), one int32 column per sparse feature, one float32 per dense feature.
+- ``history.parquet``, one row per user of the shard: ``user_id`` and list columns
+  ``item`` (dense id), ``event_type``, ``surface``, ``is_ad``, ``click``,
+  ``conversion_time``, ``event_time``: the user's events in (time, event_id) order,
+  stored once, covering every example of the shard: from ``max_seq_len`` events before
+  the user's first example up to the user's last example.
+- ``stats.json``: counts and histograms for the validation report.
+
+An example's sequence is ``history[history_row][max(0, history_end - max_seq_len):history_end]``:
+the events strictly before its event_time (same-time events excluded, see docs).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from gem.data.contract import ITEM_ATTRIBUTES, SURFACES, USER_ATTRIBUTES
+from gem.features.attributes import attribute_ids, fetch_attributes
+from gem.features.jagged import ragged_arange, run_starts
+from gem.features.plan import US_PER_DAY, BuildPlan, ShardKey, day_start_us
+from gem.features.staging import read_staged
+from gem.features.storage import atomic_dir, dumps, write_parquet
+from gem.features.vocab import Vocabularies
+
+SPARSE_FEATURES = ("user_id", "item_id", *(f"user_{a}" for a in USER_ATTRIBUTES),
+                   *(f"item_{a}" for a in ITEM_ATTRIBUTES))
+DENSE_FEATURES = ("log_history_len", "log_seconds_since_last_event", "hour_of_day_sin", "hour_of_day_cos",
+                  "user_prior_ad_ctr", "log_user_prior_ad_impressions")
+HISTORY_COLUMNS = ("item", "event_type", "surface", "is_ad", "click", "conversion_time", "event_time")
+EXAMPLES_FILE, HISTORY_FILE, STATS_FILE = "examples.parquet", "history.parquet", "stats.json"
+CTR_PRIOR_CLICKS, CTR_PRIOR_IMPRESSIONS = 1.0, 50.0  # smoothed prior ad CTR of 2%
+
+_vocab_cache: dict[str, Vocabularies] = {}
+
+
+def list_shards(plan: BuildPlan) -> list[ShardKey]:
+    """Every shard of the plan, bucket-major (independent; build in any order)."""
+    return [ShardKey(bucket=b, day=d) for b in range(plan.num_buckets) for d in plan.example_days]
+
+
+def length_bins(max_seq_len: int) -> list[int]:
+    """Histogram edges of truncated lengths: 0, 1, 2, 4, ... < max, then [max, max+1)."""
+    edges = [0, 1]
+    while edges[-1] * 2 < max_seq_len:
+        edges.append(edges[-1] * 2)
+    return edges + [max_seq_len, max_seq_len + 1]
+
+
+def _vocab(plan: BuildPlan) -> Vocabularies:
+    if plan.out_dir not in _vocab_cache:
+        _vocab_cache[plan.out_dir] = Vocabularies.read(Path(plan.out_dir))
+    return _vocab_cache[plan.out_dir]
+
+
+def _sort_by_user(h: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    # staged days are each sorted by (user, time, event_id) and come in day order, so a
+    # stable sort on user alone restores (user, time, event_id); timsort uses the runs
+    order = np.argsort(h["user_id"], kind="stable")
+    h = {k: v[order] for k, v in h.items()}
+    user, t, eid = h["user_id"], h["event_time"], h["event_id"]
+    same = user[1:] == user[:-1]
+    ordered = (t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (eid[1:] > eid[:-1]))
+    if not np.all(~same | ordered):  # an event filed under the wrong day: full sort
+        order = np.lexsort((eid, t, user))
+        h = {k: v[order] for k, v in h.items()}
+    return h
+
+
+def select_examples(plan: BuildPlan, day: str, h: dict[str, np.ndarray]) -> np.ndarray:
+    """bool (n,): rows of ``h`` that are examples of ``day`` inside the window."""
+    lo = max(plan.window_start_us, day_start_us(day))
+    hi = min(plan.window_end_us, day_start_us(day) + US_PER_DAY)
+    kind = np.ones(len(h["user_id"]), dtype=bool) if plan.include_organic else h["is_ad"] == 1
+    return kind & (h["event_time"] >= lo) & (h["event_time"] < hi)
+
+
+def build_shard(plan: BuildPlan, key: ShardKey) -> dict:
+    """Build one shard atomically; returns its stats (also written to stats.json)."""
+    vocab = _vocab(plan)
+    days = plan.history_days[: plan.history_days.index(key.day) + 1] if key.day in plan.history_days else []
+    today = read_staged(plan, key.bucket, [key.day]) if days else {}
+    users = np.unique(today["user_id"][select_examples(plan, key.day, today)]) if today else np.zeros(0, np.int64)
+    h = read_staged(plan, key.bucket, days) if len(users) else {}
+    if h:
+        h = {k: v[np.isin(h["user_id"], users)] for k, v in h.items()}
+        h = _sort_by_user(h)
+    examples, history, stats = _assemble(plan, key, vocab, h) if h else _empty(plan, key, vocab)
+    with atomic_dir(plan.shards_dir / key.name) as tmp:
+        write_parquet(examples, tmp / EXAMPLES_FILE)
+        write_parquet(history, tmp / HISTORY_FILE)
+        (tmp / STATS_FILE).write_text(dumps(stats))
+    return stats
+
+
+def _assemble(plan: BuildPlan, key: ShardKey, vocab: Vocabularies, h: dict[str, np.ndarray]):
+    n_max = plan.max_seq_len
+    user, t = h["user_id"], h["event_time"]
+    seg_start = run_starts(user)
+    ex = np.flatnonzero(select_examples(plan, key.day, h))
+    end = run_starts(user, t)[ex]  # first event at the impression's time: strictly-before cut
+    first = seg_start[ex]
+    history_len = end - first
+    # one history row per user: [max(first, first example end - N), last example end)
+    new_user = np.ones(len(ex), dtype=bool)
+    new_user[1:] = user[ex][1:] != user[ex][:-1]
+    row = np.cumsum(new_user) - 1
+    starts_idx = np.flatnonzero(new_user)
+    last_idx = np.concatenate([starts_idx[1:], [len(ex)]])[: len(starts_idx)].astype(np.int64) - 1
+    lo = np.maximum(first[starts_idx], end[starts_idx] - n_max)
+    hi = end[last_idx]
+    gather = ragged_arange(lo, hi - lo)
+    offsets = np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int32)
+
+    def as_list(values: np.ndarray) -> pa.ListArray:
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+    history = pa.table({"user_id": user[ex][starts_idx], **{c: as_list(h[c][gather]) for c in HISTORY_COLUMNS}})
+
+    t_ex = t[ex]
+    attrs = attribute_ids(fetch_attributes(plan.feast_dir, user[ex], h["item_raw"][ex], t_ex), vocab)
+    sparse = {"user_id": vocab.ids("user_id", user[ex]), "item_id": h["item"][ex].astype(np.int32)}
+    sparse.update({f"user_{a}": attrs[a] for a in USER_ATTRIBUTES})
+    sparse.update({f"item_{a}": attrs[a] for a in ITEM_ATTRIBUTES})
+    dense = _dense_features(h, ex, first, end, t_ex)
+    examples = pa.table({
+        "example_id": h["event_id"][ex],
+        "user_id": user[ex],
+        "event_time": t_ex,
+        "surface": np.maximum(h["surface"][ex].astype(np.int8) - 1, 0).astype(np.int8),
+        "click": h["click"][ex],
+        "conversion": h["conversion"][ex],
+        "history_row": row.astype(np.int32),
+        "history_end": (end - lo[row]).astype(np.int32),
+        "history_len": history_len.astype(np.int32),
+        **{name: sparse[name] for name in SPARSE_FEATURES},
+        **{name: dense[name] for name in DENSE_FEATURES},
+    })
+    stats = _stats(plan, key, examples, h, first, end, len(gather))
+    return examples, history, stats
+
+
+def _dense_features(h, ex, first, end, t_ex) -> dict[str, np.ndarray]:
+    """float32 (B,) each, from events strictly before the impression only."""
+    is_ad = h["is_ad"].astype(np.int64)
+    ad_click = is_ad * h["click"].astype(np.int64)
+    cum_ad = np.concatenate([[0], np.cumsum(is_ad)])
+    cum_click = np.concatenate([[0], np.cumsum(ad_click)])
+    imps = cum_ad[end] - cum_ad[first]
+    clicks = cum_click[end] - cum_click[first]
+    has_prev = end > first
+    prev_t = h["event_time"][np.maximum(end - 1, 0)]
+    gap_s = np.where(has_prev, (t_ex - prev_t) / 1e6, 0.0)
+    hour = (t_ex % US_PER_DAY) / (US_PER_DAY / 24)
+    return {
+        "log_history_len": np.log1p(end - first).astype(np.float32),
+        "log_seconds_since_last_event": np.log1p(gap_s).astype(np.float32),
+        "hour_of_day_sin": np.sin(2 * np.pi * hour / 24).astype(np.float32),
+        "hour_of_day_cos": np.cos(2 * np.pi * hour / 24).astype(np.float32),
+        "user_prior_ad_ctr": ((clicks + CTR_PRIOR_CLICKS) / (imps + CTR_PRIOR_IMPRESSIONS)).astype(np.float32),
+        "log_user_prior_ad_impressions": np.log1p(imps).astype(np.float32),
+    }
+
+
+def _stats(plan: BuildPlan, key: ShardKey, examples: pa.Table, h, first, end, stored: int) -> dict:
+    n_max = plan.max_seq_len
+    full = end - first
+    used = np.minimum(full, n_max)
+    unknown_item = np.concatenate([[0], np.cumsum(h["item"] == 0)])
+    seq_unknown = int((unknown_item[end] - unknown_item[end - used]).sum())
+    surface = examples.column("surface").to_numpy()
+    click = examples.column("click").to_numpy()
+    conversion = examples.column("conversion").to_numpy()
+    by_surface = {}
+    for i, name in enumerate(SURFACES):
+        sel = surface == i
+        by_surface[name] = {"examples": int(sel.sum()), "clicks": int(click[sel].sum()),
+                            "conversions": int(conversion[sel].sum())}
+    return {
+        "shard": key.name,
+        "examples": int(examples.num_rows),
+        "history_events_stored": int(stored),
+        "sequence_elements": int(used.sum()),
+        "truncated": int((full > n_max).sum()),
+        "length_bins": length_bins(n_max),
+        "length_hist": np.histogram(used, bins=length_bins(n_max))[0].astype(int).tolist(),
+        "unknown": {name: int((examples.column(name).to_numpy() == 0).sum()) for name in SPARSE_FEATURES},
+        "sequence_item_unknown": seq_unknown,
+        "labels_by_surface": by_surface,
+    }
+
+
+def _empty(plan: BuildPlan, key: ShardKey, vocab: Vocabularies):
+    h = {c: np.zeros(0, dtype=np.int64) for c in ("user_id", "item_raw", "event_id", "event_time", "conversion_time")}
+    h.update({c: np.zeros(0, dtype=np.int8) for c in ("is_ad", "surface", "event_type", "click", "conversion")})
+    h["item"] = np.zeros(0, dtype=np.int32)
+    return _assemble(plan, key, vocab, h)
+
+
+def read_stats(shard_dir: Path) -> dict:
+    return json.loads((Path(shard_dir) / STATS_FILE).read_text())

@@ -1,0 +1,88 @@
+"""Atomic files and directories, and content digests.
+
+A shard is a directory made in a hidden temp name and renamed into place, so a reader
+(or a later pipeline step) sees either the whole shard or none of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=False)
+
+
+def write_parquet(table: pa.Table, path: Path) -> None:
+    """Plain write (callers write inside a temp directory); fixed options, so the same
+    table always gives the same bytes."""
+    pq.write_table(table, path, **PARQUET_OPTIONS)
+
+
+def write_parquet_atomic(table: pa.Table, path: Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    write_parquet(table, tmp)
+    os.replace(tmp, path)
+
+
+def dumps(payload: dict) -> str:
+    return json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def write_json_atomic(payload: dict, path: Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(dumps(payload))
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Yield a hidden temp directory next to ``final``; on success replace ``final`` with
+    it (an older ``final`` is moved aside first, then deleted); on error remove it."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def dir_digest(directory: Path) -> str:
+    """sha256 over the names and contents of the visible files of a directory."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file() and not p.name.startswith(".")):
+        h.update(str(path.relative_to(directory)).encode())
+        h.update(file_digest(path).encode())
+    return h.hexdigest()
+
+
+def dir_bytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
