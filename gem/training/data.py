@@ -47,11 +47,11 @@ def slice_batch(batch: Batch, start: int, end: int) -> Batch:
 
 
 def rank_slice(batch: Batch, rank: int, world_size: int) -> Batch:
+    """Rank ``rank``'s contiguous share of a global batch (sizes differ by at most one)."""
     size = batch.batch_size
-    if size % world_size:
-        raise ValueError(f"global batch {size} must be divisible by world_size={world_size}")
-    per = size // world_size
-    return batch if world_size == 1 else slice_batch(batch, rank * per, (rank + 1) * per)
+    if world_size == 1:
+        return batch
+    return slice_batch(batch, size * rank // world_size, size * (rank + 1) // world_size)
 
 
 def default_synthetic_spec(max_seq_len: int = 16) -> FeatureSpec:

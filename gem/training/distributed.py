@@ -1,0 +1,102 @@
+"""Process group and torchrec model parallelism.
+
+Every run, one process or many, wraps the model in ``DistributedModelParallel``:
+embedding tables are sharded by the planner (restricted to sharding types that work
+on the current device) with a fused row-wise Adagrad applied in backward; the dense
+part is data parallel (DDP). A single process uses a world of one, so a one-process
+run and a torchrun run execute the same code.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torchrec.distributed.embedding import EmbeddingCollectionSharder
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+from gem.model.embeddings import SparseArch
+
+EBC_SHARDING_TYPES = ("table_wise", "column_wise", "table_column_wise", "data_parallel")
+EC_SHARDING_TYPES = ("table_wise", "column_wise", "row_wise")
+
+
+@dataclass
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+    launched: bool  # under torchrun
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: str = "auto") -> DistEnv:
+    """Join torchrun's process group, or make a world of one (gloo on CPU, nccl on GPU)."""
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    dev = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(dev)
+    backend = "nccl" if use_cuda else "gloo"
+    if not dist.is_initialized():
+        if launched:
+            dist.init_process_group(backend, timeout=dt.timedelta(minutes=10))
+        else:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    return DistEnv(dist.get_rank(), dist.get_world_size(), local_rank, dev, backend, launched)
+
+
+def close_distributed() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def attach_embedding_optimizer(model: nn.Module, lr: float, eps: float = 1e-8) -> None:
+    """Row-wise Adagrad on every torchrec table, run inside backward (fused by the sharder)."""
+    for arch in (m for m in model.modules() if isinstance(m, SparseArch)):
+        tables = [arch.ebc] + ([arch.ec] if arch.ec is not None else [])
+        for module in tables:
+            apply_optimizer_in_backward(RowWiseAdagrad, module.parameters(), {"lr": lr, "eps": eps})
+
+
+def shard_model(model: nn.Module, env: DistEnv, *, ebc_sharding: str = "table_wise",
+                ec_sharding: str = "table_wise") -> DistributedModelParallel:
+    if ebc_sharding not in EBC_SHARDING_TYPES:
+        raise ValueError(f"ebc_sharding={ebc_sharding!r} must be one of {EBC_SHARDING_TYPES}")
+    if ec_sharding not in EC_SHARDING_TYPES:
+        raise ValueError(f"ec_sharding={ec_sharding!r} must be one of {EC_SHARDING_TYPES}")
+    constraints = {}
+    for arch in (m for m in model.modules() if isinstance(m, SparseArch)):
+        for cfg in arch.ebc.embedding_bag_configs():
+            constraints[cfg.name] = ParameterConstraints(sharding_types=[ebc_sharding])
+        if arch.ec is not None:
+            for cfg in arch.ec.embedding_configs():
+                constraints[cfg.name] = ParameterConstraints(sharding_types=[ec_sharding])
+    sharders = [EmbeddingBagCollectionSharder(), EmbeddingCollectionSharder()]
+    planner = EmbeddingShardingPlanner(
+        topology=Topology(world_size=env.world_size, compute_device=env.device.type),
+        constraints=constraints,
+    )
+    plan = planner.collective_plan(model, sharders, dist.GroupMember.WORLD)
+    return DistributedModelParallel(module=model, device=env.device, plan=plan, sharders=sharders)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user module inside DMP (and DDP)."""
+    while hasattr(model, "module") or hasattr(model, "_dmp_wrapped_module"):
+        model = getattr(model, "_dmp_wrapped_module", None) or model.module
+    return model

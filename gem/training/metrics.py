@@ -1,0 +1,104 @@
+"""Evaluation metrics per surface and task: AUC, normalized entropy, calibration.
+
+NE = mean log loss / entropy of the observed positive rate (lower is better, 1.0 is
+the constant predictor). Calibration = mean prediction / observed rate (1.0 is ideal).
+All states are sums, so they reduce across ranks (torchmetrics syncs them).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torchmetrics import Metric
+from torchmetrics.classification import BinaryAUROC
+
+EPS = 1e-7
+
+
+class LogLossSums(Metric):
+    """Per (group, task) sums of log loss, predictions, labels, counts and a
+    per-task calibration histogram (bins over predicted probability)."""
+
+    full_state_update = False
+
+    def __init__(self, num_groups: int, num_tasks: int, bins: int = 20) -> None:
+        super().__init__()
+        self.num_groups, self.bins = num_groups, bins
+        for name in ("loss", "pred", "label", "count"):
+            self.add_state(name, torch.zeros(num_groups, num_tasks, dtype=torch.float64), dist_reduce_fx="sum")
+        for name in ("bin_pred", "bin_label", "bin_count"):
+            self.add_state(name, torch.zeros(num_tasks, bins, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, probs: torch.Tensor, labels: torch.Tensor, group: torch.Tensor) -> None:
+        p = probs.double().clamp(EPS, 1 - EPS)
+        y = labels.double()
+        loss = -(y * p.log() + (1 - y) * (1 - p).log())
+        for name, value in (("loss", loss), ("pred", p), ("label", y), ("count", torch.ones_like(p))):
+            getattr(self, name).index_add_(0, group, value)
+        bin_idx = (p * self.bins).long().clamp(max=self.bins - 1)
+        for t in range(p.shape[1]):
+            self.bin_pred[t].index_add_(0, bin_idx[:, t], p[:, t])
+            self.bin_label[t].index_add_(0, bin_idx[:, t], y[:, t])
+            self.bin_count[t].index_add_(0, bin_idx[:, t], torch.ones_like(p[:, t]))
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in
+                ("loss", "pred", "label", "count", "bin_pred", "bin_label", "bin_count")}
+
+
+class SurfaceTaskMetrics:
+    """``update(probs (B, T), labels (B, T), surface (B,))``; ``compute()`` ->
+    ``{"auc/<surface|all>/<task>": ..., "ne/...", "calibration/...", "logloss/..."}``."""
+
+    def __init__(self, surfaces: list[str], tasks: list[str], device: torch.device | str = "cpu") -> None:
+        self.surfaces, self.tasks = list(surfaces), list(tasks)
+        groups = len(self.surfaces) + 1
+        self.sums = LogLossSums(groups, len(self.tasks)).to(device)
+        self.aucs = [[BinaryAUROC().to(device) for _ in self.tasks] for _ in range(groups)]
+
+    def update(self, probs: torch.Tensor, labels: torch.Tensor, surface: torch.Tensor) -> None:
+        probs, labels = probs.detach().float(), labels.detach().float()
+        overall = torch.full_like(surface, len(self.surfaces))
+        self.sums.update(torch.cat([probs, probs]), torch.cat([labels, labels]), torch.cat([surface, overall]))
+        for g in range(len(self.surfaces)):
+            mask = surface == g
+            for t in range(len(self.tasks)):
+                self.aucs[g][t].update(probs[mask, t], labels[mask, t].long())
+        for t in range(len(self.tasks)):
+            self.aucs[-1][t].update(probs[:, t], labels[:, t].long())
+
+    def compute(self) -> dict[str, float]:
+        sums = self.sums.compute()
+        out: dict[str, float] = {}
+        names = self.surfaces + ["all"]
+        for g, group in enumerate(names):
+            for t, task in enumerate(self.tasks):
+                count = float(sums["count"][g, t])
+                positives = float(sums["label"][g, t])
+                if count == 0:
+                    continue
+                rate = positives / count
+                logloss = float(sums["loss"][g, t]) / count
+                out[f"logloss/{group}/{task}"] = logloss
+                out[f"count/{group}/{task}"] = count
+                if 0 < rate < 1:
+                    entropy = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
+                    out[f"ne/{group}/{task}"] = logloss / entropy
+                    out[f"calibration/{group}/{task}"] = float(sums["pred"][g, t]) / positives
+                    out[f"auc/{group}/{task}"] = float(self.aucs[g][t].compute())
+        return out
+
+    def calibration_curve(self) -> dict[str, tuple[list[float], list[float], list[float]]]:
+        """task -> (mean prediction, observed rate, count) per non-empty bin."""
+        sums = self.sums.compute()
+        curves = {}
+        for t, task in enumerate(self.tasks):
+            count = sums["bin_count"][t]
+            keep = count > 0
+            curves[task] = (
+                (sums["bin_pred"][t][keep] / count[keep]).tolist(),
+                (sums["bin_label"][t][keep] / count[keep]).tolist(),
+                count[keep].tolist(),
+            )
+        return curves

@@ -1,0 +1,294 @@
+"""The native training loop: one process or torchrun, torchrec DMP in both.
+
+    result = train("synthetic://2048", "runs/x", *load_train_config("tiny"))
+
+Reads in order: data, model, shard, optimizers, resume, track, loop (step, log,
+checkpoint, evaluate), export.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gem.config import flatten
+from gem.data.batch import FeatureSpec
+from gem.model import ModelConfig, batch_forward_flops, build_model, count_parameters
+from gem.training.checkpoint import Checkpointer, copy_into, rng_state, set_rng_state
+from gem.training.config import TrainConfig
+from gem.training.data import SYNTHETIC_PREFIX, SyntheticLoader, default_synthetic_spec, rank_slice, slice_batch
+from gem.training.distributed import (
+    DistEnv, attach_embedding_optimizer, close_distributed, init_distributed, shard_model, unwrap,
+)
+from gem.training.efficiency import EfficiencyMeter, measure_peak_flops, process_start_time
+from gem.training.metrics import SurfaceTaskMetrics
+from gem.training.parallelize import apply_activation_checkpointing, apply_compile
+from gem.training.step import build_dense_optimizer, eval_step, train_step
+from gem.training.tracking import Tracker
+
+log = logging.getLogger(__name__)
+MODEL_DIR = "model"
+
+
+@dataclass
+class RunResult:
+    out: Path
+    steps: int
+    eval_metrics: dict[str, float] = field(default_factory=dict)
+    train_metrics: dict[str, float] = field(default_factory=dict)
+    perf: dict[str, float] = field(default_factory=dict)
+    run_id: str | None = None
+
+
+def make_loader(features: str, cfg: TrainConfig, *, train: bool):
+    """FeatureLoader over a features directory, or ``synthetic://[N]`` examples."""
+    if features.startswith(SYNTHETIC_PREFIX):
+        rest = features[len(SYNTHETIC_PREFIX):]
+        num = int(rest) if rest else cfg.synthetic_examples
+        return SyntheticLoader(default_synthetic_spec(), num, batch_size=cfg.batch_size,
+                               shuffle=cfg.shuffle and train, seed=cfg.seed if train else cfg.seed + 1,
+                               drop_last=True)
+    from gem.features.loader import FeatureLoader
+
+    return FeatureLoader(features, batch_size=cfg.batch_size, shuffle=cfg.shuffle and train, seed=cfg.seed,
+                         num_workers=cfg.num_workers, drop_last=train)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _gather_full_state(model: nn.Module, env: DistEnv) -> dict[str, torch.Tensor] | None:
+    """Unsharded state dict on rank 0 (collective)."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    full: dict[str, torch.Tensor] = {}
+    for key, value in model.state_dict().items():
+        if isinstance(value, ShardedTensor):
+            out = torch.empty(value.size(), dtype=value.dtype) if env.is_main else None
+            value.gather(dst=0, out=out)
+            if env.is_main:
+                full[key] = out
+        else:
+            full[key] = value.detach().cpu().clone()
+    return full if env.is_main else None
+
+
+def export_model(full_state: dict[str, torch.Tensor], model_cfg: ModelConfig, spec: FeatureSpec,
+                 out: Path) -> nn.Module:
+    """Write ``out/model/{weights.pt, model_config.json, feature_spec.json}``; returns the
+    unsharded model."""
+    model = build_model(model_cfg, spec)
+    model.load_state_dict(full_state)
+    folder = out / MODEL_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), folder / "weights.pt")
+    (folder / "model_config.json").write_text(json.dumps(asdict(model_cfg), indent=2))
+    (folder / "feature_spec.json").write_text(json.dumps(spec.to_dict(), indent=2))
+    return model.eval()
+
+
+def load_trained_model(out: str | Path) -> nn.Module:
+    """The exported, unsharded model of a finished run (weights-only load)."""
+    from gem.config import from_dict
+
+    folder = Path(out) / MODEL_DIR
+    cfg = from_dict(ModelConfig, json.loads((folder / "model_config.json").read_text()))
+    spec = FeatureSpec.from_dict(json.loads((folder / "feature_spec.json").read_text()))
+    model = build_model(cfg, spec)
+    model.load_state_dict(torch.load(folder / "weights.pt", map_location="cpu", weights_only=True))
+    return model.eval()
+
+
+def evaluate(model: nn.Module, loader, env: DistEnv, spec: FeatureSpec, *, precision: str = "fp32",
+             max_batches: int = 0) -> SurfaceTaskMetrics:
+    metrics = SurfaceTaskMetrics(spec.surfaces, spec.tasks, env.device)
+    was_training = model.training
+    model.eval()
+    for i, batch in enumerate(loader):
+        if max_batches and i >= max_batches:
+            break
+        local = rank_slice(batch, env.rank, env.world_size).to(env.device)
+        if local.batch_size:
+            metrics.update(eval_step(model, local, precision=precision), local.labels, local.surface)
+    model.train(was_training)
+    return metrics
+
+
+def _mean_over_ranks(value: torch.Tensor, env: DistEnv) -> float:
+    if env.world_size > 1:
+        value = value.clone()
+        dist.all_reduce(value)
+        value /= env.world_size
+    return float(value)
+
+
+def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConfig, *, resume: bool = False,
+          eval_features: str | None = None, close: bool = True) -> RunResult:
+    launch = process_start_time()
+    cfg.validate()
+    out = Path(out)
+    env = init_distributed()
+    if cfg.batch_size % env.world_size:
+        raise ValueError(f"batch_size={cfg.batch_size} must be divisible by world_size={env.world_size}")
+    seed_everything(cfg.seed)
+    out.mkdir(parents=True, exist_ok=True)
+
+    loader = make_loader(features, cfg, train=True)
+    spec = loader.spec
+    model = build_model(model_cfg, spec)
+    sizes = count_parameters(model)
+    probe = next(iter(make_loader(features, cfg, train=False)))
+    probe = slice_batch(probe, 0, min(64, probe.batch_size))
+    train_flops_per_example = 3.0 * batch_forward_flops(model, probe) / probe.batch_size
+    if cfg.activation_checkpointing:
+        apply_activation_checkpointing(model)
+    attach_embedding_optimizer(model, cfg.optim.embedding_lr, cfg.optim.embedding_eps)
+    dmp = shard_model(model, env, ebc_sharding=cfg.sharding.ebc, ec_sharding=cfg.sharding.ec)
+    if cfg.compile:
+        apply_compile(unwrap(dmp))
+    dense_opt, scheduler = build_dense_optimizer(
+        dmp, cfg.optim.dense_lr, cfg.optim.weight_decay, cfg.optim.betas, cfg.optim.warmup_steps)
+
+    ckpt = Checkpointer(out / "checkpoints", env.rank, env.world_size, cfg.keep_checkpoints)
+    progress: dict[str, Any] = {"step": 0, "epoch": 0, "run_id": "", "resumed_epoch": -1}
+    saved = ckpt.load() if resume else None
+    if saved is not None:
+        dmp.load_state_dict(copy_into(dmp.state_dict(), saved["model"], "model"))
+        fused = dmp.fused_optimizer.state_dict()
+        dmp.fused_optimizer.load_state_dict(copy_into(fused, saved["fused_optimizer"], "fused_optimizer"))
+        dense_opt.load_state_dict(saved["dense_optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(saved["scheduler"])
+        loader.load_state_dict(saved["loader"])
+        set_rng_state(saved["rng"])
+        progress.update(saved["progress"])
+        progress["resumed_epoch"] = progress["epoch"]
+        log.info("resumed from step %d (epoch %d)", progress["step"], progress["epoch"])
+
+    tracking_uri = cfg.tracking_uri or f"sqlite:///{(out / 'mlflow.db').resolve()}"
+    tracker = Tracker(env.is_main, tracking_uri, cfg.experiment, cfg.run_name,
+                      run_id=progress["run_id"] or None, system_metrics=cfg.system_metrics)
+    progress["run_id"] = tracker.run_id or ""
+    if saved is None:
+        tracker.log_params({**flatten(cfg, "train."), **flatten(model_cfg, "model."),
+                            **{f"size.{k}_params": v for k, v in sizes.items()},
+                            "size.train_flops_per_example": train_flops_per_example,
+                            "world_size": env.world_size, "device": str(env.device)})
+        tracker.log_input(features, spec.to_dict(), getattr(loader, "num_examples", 0), "training")
+        if eval_features:
+            tracker.log_input(eval_features, spec.to_dict(), 0, "evaluation")
+
+    peak = measure_peak_flops(env.device, torch.bfloat16 if cfg.precision == "bf16" else torch.float32) \
+        if cfg.measure_peak else float("nan")
+    meter = EfficiencyMeter(train_flops_per_example, peak, env.world_size, launch)
+    task_weights = tuple(cfg.task_weights)
+    step = progress["step"]
+    last_saved = step
+    train_metrics: dict[str, float] = {}
+    eval_metrics: dict[str, float] = {}
+    done = False
+    dmp.train()
+    try:
+        for epoch in range(progress["epoch"], cfg.epochs):
+            if epoch != progress["resumed_epoch"]:
+                loader.set_epoch(epoch)
+            progress["epoch"] = epoch
+            running = SurfaceTaskMetrics(spec.surfaces, spec.tasks, env.device)
+            for batch in loader:
+                local = rank_slice(batch, env.rank, env.world_size).to(env.device)
+                meter.step_begin()
+                result = train_step(dmp, local, dense_opt, precision=cfg.precision, task_weights=task_weights,
+                                    grad_clip=cfg.optim.grad_clip, scheduler=scheduler)
+                meter.step_end(batch.batch_size)
+                step += 1
+                running.update(result.probs, local.labels, local.surface)
+                if cfg.log_every and step % cfg.log_every == 0:
+                    loss = _mean_over_ranks(result.loss, env)
+                    tracker.log_metrics({"train/loss": loss, "train/loss_click": float(result.per_task[0]),
+                                         "train/loss_conversion": float(result.per_task[1]),
+                                         "train/lr": dense_opt.param_groups[0]["lr"], **meter.window()}, step)
+                    log.info("step %d epoch %d loss %.4f", step, epoch, loss)
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                    _save(ckpt, dmp, dense_opt, scheduler, loader, step, epoch, progress)
+                    last_saved = step
+                if cfg.max_steps and step >= cfg.max_steps:
+                    done = True
+                    break
+            train_metrics = {f"train_epoch/{k}": v for k, v in running.compute().items()}
+            tracker.log_metrics({**train_metrics, "epoch": epoch}, step)
+            if eval_features:
+                evaluator = evaluate(dmp, make_loader(eval_features, cfg, train=False), env, spec,
+                                     precision=cfg.precision, max_batches=cfg.eval_batches)
+                eval_metrics = {f"eval/{k}": v for k, v in evaluator.compute().items()}
+                tracker.log_metrics(eval_metrics, step)
+            if done:
+                break
+        if step != last_saved:
+            _save(ckpt, dmp, dense_opt, scheduler, loader, step, progress["epoch"], progress)
+        perf = meter.summary()
+        tracker.log_metrics(perf, step)
+        full_state = _gather_full_state(dmp, env)
+        if env.is_main:
+            exported = export_model(full_state, model_cfg, spec, out)
+            _log_outputs(tracker, cfg, exported, spec, eval_metrics or train_metrics, evaluator if eval_features else running)
+        tracker.end()
+    except BaseException:
+        tracker.end("FAILED")
+        raise
+    finally:
+        if close and not env.launched:
+            close_distributed()
+    return RunResult(out, step, eval_metrics, train_metrics, perf, tracker.run_id)
+
+
+def _save(ckpt: Checkpointer, dmp, dense_opt, scheduler, loader, step: int, epoch: int, progress: dict) -> None:
+    ckpt.save(step, {
+        "model": dmp.state_dict(),
+        "fused_optimizer": dmp.fused_optimizer.state_dict(),
+        "dense_optimizer": dense_opt.state_dict(),
+        "scheduler": scheduler.state_dict() if scheduler is not None else {},
+        "loader": loader.state_dict(),
+        "rng": rng_state(),
+        "progress": {"step": step, "epoch": epoch, "run_id": progress["run_id"]},
+    })
+
+
+def _log_outputs(tracker: Tracker, cfg: TrainConfig, model: nn.Module, spec: FeatureSpec,
+                 metrics: dict[str, float], source: SurfaceTaskMetrics) -> None:
+    if not tracker.enabled:
+        return
+    from gem.training.plots import calibration_figure, surface_auc_figure
+
+    plain = {k.split("/", 1)[1]: v for k, v in metrics.items()}
+    tracker.log_figure(calibration_figure(source.calibration_curve()), "plots/calibration.png")
+    tracker.log_figure(surface_auc_figure(plain, spec.surfaces, spec.tasks), "plots/auc_per_surface.png")
+    tracker.log_dict(metrics, "metrics/final.json")
+    if cfg.log_model:
+        tracker.log_model(model, str(Path(__file__).resolve().parents[1]))
+
+
+def train_and_evaluate(features_dir_train: str, features_dir_eval: str, model_cfg: ModelConfig,
+                       train_cfg: TrainConfig, out: str | Path | None = None) -> dict[str, float]:
+    """Train on one features directory, evaluate on another; returns eval metrics
+    (``auc/<surface|all>/<task>``, ``ne/...``, ``calibration/...``) plus perf figures."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result = train(features_dir_train, out or tmp, train_cfg, model_cfg, eval_features=features_dir_eval)
+    metrics = {k.split("/", 1)[1]: v for k, v in result.eval_metrics.items()}
+    metrics.update(result.perf)
+    metrics["steps"] = result.steps
+    return metrics
