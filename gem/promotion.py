@@ -1,0 +1,124 @@
+"""Promotion gate: challenger vs champion on the same holdout, per surface.
+
+The champion of a registered model is the version holding the ``champion`` alias. A
+challenger version wins a surface when, on the same holdout examples, its AUC is at
+least ``min_auc_gain`` above the champion's and its normalized entropy at most
+``max_ne_increase`` above (NE: lower is better). It is promoted only if it wins every
+surface it is evaluated on (``require_all_surfaces``) or at least one (otherwise).
+With no champion yet, the challenger must clear ``min_auc`` on every surface.
+
+The decision and every figure are recorded either way: as tags on the challenger's
+model version and as ``gate_decision.json`` on the active MLflow run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+CHAMPION = "champion"
+CHALLENGER = "challenger"
+
+
+@dataclass(kw_only=True)
+class GateConfig:
+    min_auc_gain: float = 0.0
+    max_ne_increase: float = 0.0
+    min_auc: float = 0.55
+    require_all_surfaces: bool = True
+
+
+@dataclass
+class SurfaceVerdict:
+    surface: str
+    challenger: dict[str, float]
+    champion: dict[str, float] | None
+    wins: bool
+    reason: str
+
+
+@dataclass
+class GateDecision:
+    model_name: str
+    challenger_version: str
+    champion_version: str | None
+    promote: bool
+    surfaces: list[SurfaceVerdict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        head = (f"{self.model_name} v{self.challenger_version} vs "
+                f"{'v' + self.champion_version if self.champion_version else 'no champion'}: "
+                f"{'PROMOTE' if self.promote else 'keep champion'}")
+        return "\n".join([head] + [f"  {v.surface:<10} {'win ' if v.wins else 'lose'} {v.reason}" for v in self.surfaces])
+
+
+def compare(challenger: dict[str, dict[str, float]], champion: dict[str, dict[str, float]] | None,
+            cfg: GateConfig) -> tuple[bool, list[SurfaceVerdict]]:
+    """Per-surface verdicts from metrics dicts ``{surface: {"auc": .., "ne": ..}}``."""
+    if not challenger:
+        raise ValueError("challenger has no evaluated surface; nothing to gate")
+    verdicts = []
+    for surface, metrics in sorted(challenger.items()):
+        reference = (champion or {}).get(surface)
+        if reference is None:
+            wins = metrics["auc"] >= cfg.min_auc
+            reason = f"auc {metrics['auc']:.4f} {'>=' if wins else '<'} min_auc {cfg.min_auc} (no champion figure)"
+        else:
+            auc_gain = metrics["auc"] - reference["auc"]
+            ne_increase = metrics["ne"] - reference["ne"]
+            wins = auc_gain >= cfg.min_auc_gain and ne_increase <= cfg.max_ne_increase
+            reason = (f"auc {metrics['auc']:.4f} vs {reference['auc']:.4f} (gain {auc_gain:+.4f}, need >= {cfg.min_auc_gain}); "
+                      f"ne {metrics['ne']:.4f} vs {reference['ne']:.4f} (increase {ne_increase:+.4f}, allow <= {cfg.max_ne_increase})")
+        verdicts.append(SurfaceVerdict(surface, metrics, reference, wins, reason))
+    wins = [v.wins for v in verdicts]
+    promote = all(wins) if cfg.require_all_surfaces else any(wins)
+    return promote, verdicts
+
+
+def champion_version(model_name: str) -> str | None:
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(MlflowClient().get_model_version_by_alias(model_name, CHAMPION).version)
+    except MlflowException:
+        return None
+
+
+def gate_and_promote(model_name: str, challenger_version: str, challenger_metrics: dict[str, dict[str, float]],
+                     champion_metrics: dict[str, dict[str, float]] | None, cfg: GateConfig) -> GateDecision:
+    """Decide, record the decision on the model version (and the active run), and move
+    the ``champion`` alias only when the challenger wins."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    current = champion_version(model_name)
+    promote, verdicts = compare(challenger_metrics, champion_metrics if current else None, cfg)
+    decision = GateDecision(model_name, str(challenger_version), current, promote, verdicts)
+    client.set_model_version_tag(model_name, challenger_version, "gate.decision", "promoted" if promote else "rejected")
+    client.set_model_version_tag(model_name, challenger_version, "gate.against", current or "none")
+    for verdict in verdicts:
+        client.set_model_version_tag(model_name, challenger_version, f"gate.{verdict.surface}", verdict.reason[:5000])
+    if promote:
+        client.set_registered_model_alias(model_name, CHAMPION, challenger_version)
+    else:
+        client.set_registered_model_alias(model_name, CHALLENGER, challenger_version)
+    if mlflow.active_run() is not None:
+        mlflow.log_dict(decision.to_dict(), "gate_decision.json")
+        mlflow.set_tag(f"gate.{model_name}", "promoted" if promote else "rejected")
+        for verdict in verdicts:
+            prefix = f"gate.{model_name}.{verdict.surface}"
+            mlflow.log_metrics({f"{prefix}.challenger_auc": verdict.challenger["auc"],
+                                f"{prefix}.challenger_ne": verdict.challenger["ne"]})
+            if verdict.champion:
+                mlflow.log_metrics({f"{prefix}.champion_auc": verdict.champion["auc"],
+                                    f"{prefix}.champion_ne": verdict.champion["ne"]})
+    return decision
+
+
+def decision_json(decision: GateDecision) -> str:
+    return json.dumps(decision.to_dict(), indent=2, sort_keys=True)
