@@ -1,0 +1,39 @@
+"""MLflow: the local default needs no server; an unreachable server fails fast and clearly."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import mlflow
+import pytest
+
+from gem import tracking
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the socket goes
+
+
+def test_unreachable_server_is_a_clear_error_not_a_hang(tmp_path, monkeypatch):
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    start = time.perf_counter()
+    with pytest.raises(tracking.TrackingUnavailable, match=f"{uri} unreachable after 3 attempts"):
+        tracking.configure(tmp_path, retries=3, backoff_s=0.1, timeout_s=1.0)
+    assert time.perf_counter() - start < 10
+
+
+def test_local_default_is_sqlite_without_server(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = tracking.configure(tmp_path, experiment="local")
+    assert uri == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    with mlflow.start_run() as parent, tracking.stage_run("validate", tags={tracking.TAG_DATA_WINDOW: "d0..d1"}):
+        mlflow.log_metric("rows", 10)
+    runs = mlflow.search_runs(experiment_names=["local"], output_format="list")
+    child = next(r for r in runs if r.info.run_id != parent.info.run_id)
+    assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert child.data.tags[tracking.TAG_STAGE] == "validate" and child.data.metrics["rows"] == 10
+    mlflow.set_tracking_uri("")
