@@ -5,8 +5,10 @@ Shapes: q, k, v (N, H, Dh) with N = total tokens; offsets int64 (B+1,).
 
 Forms:
 - ``softmax``: softmax(q k^T / sqrt(Dh)) v within each sequence.
-- ``gdpa``: SiLU pointwise attention, silu(q k^T / sqrt(Dh)) v / max_seq_len
-  (no normalisation across keys; HSTU convention).
+- ``gdpa``: SiLU pointwise attention, silu(q k^T / sqrt(Dh)) v / L with L the
+  sequence's length (the kernels package's convention, kernels/attention_spec.py).
+
+Sequences are expected to be at most ``max_seq_len`` long (the model guarantees it).
 
 Backends: ``loop`` (per-sequence, exact FLOPs, slow), ``padded`` (pads to the batch
 max length with fbgemm jagged<->dense ops and masks), ``kernels`` (the kernels
@@ -45,7 +47,7 @@ def _loop_attention(q, k, v, offsets, max_seq_len: int, form: str, causal: bool)
             length = end - start
             mask = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
             scores = scores.masked_fill(~mask, float("-inf") if form == "softmax" else 0.0)
-        weights = scores.softmax(-1) if form == "softmax" else F.silu(scores) / max_seq_len
+        weights = scores.softmax(-1) if form == "softmax" else F.silu(scores) / (end - start)
         if causal and form == "gdpa":
             weights = weights * mask
         out[start:end] = torch.matmul(weights, v_HLD).transpose(0, 1)
@@ -73,7 +75,7 @@ def _padded_attention(q, k, v, offsets, max_seq_len: int, form: str, causal: boo
         out_BHLD = F.scaled_dot_product_attention(q_BHLD, k_BHLD, v_BHLD, attn_mask=mask_B1LL)
     else:
         scores = torch.matmul(q_BHLD, k_BHLD.transpose(-1, -2)) / math.sqrt(head_dim)
-        weights = F.silu(scores) * mask_B1LL / max_seq_len
+        weights = F.silu(scores) * mask_B1LL / lengths.clamp(min=1).view(batch, 1, 1, 1).to(scores.dtype)
         out_BHLD = torch.matmul(weights.to(v_BHLD.dtype), v_BHLD)
     out_BLX = out_BHLD.transpose(1, 2).reshape(batch, max_len, heads * head_dim)
     return torch.ops.fbgemm.dense_to_jagged(out_BLX, [offsets])[0].view(num_tokens, heads, head_dim)

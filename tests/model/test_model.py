@@ -94,6 +94,17 @@ def test_padded_attention_matches_loop(form, causal):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("form", ["softmax", "gdpa"])
+def test_kernels_backend_matches_reference(form):
+    pytest.importorskip("kernels.attention")
+    gen = torch.Generator().manual_seed(1)
+    offsets = offsets_of(torch.tensor([4, 0, 7, 2]))
+    q, k, v = (torch.randn(13, 2, 8, generator=gen) for _ in range(3))
+    ref = jagged_self_attention(q, k, v, offsets, max_seq_len=8, form=form, backend="loop")
+    out = jagged_self_attention(q, k, v, offsets, max_seq_len=8, form=form, backend="kernels")
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
 def test_jagged_helpers():
     offsets = offsets_of(torch.tensor([2, 0, 3]))
     values = torch.arange(5, dtype=torch.float32)[:, None]

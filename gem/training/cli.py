@@ -1,0 +1,45 @@
+"""`python -m gem train`: pretrain GEM, in one process or under torchrun.
+
+    python -m gem train --features DIR --out runs/x --preset tiny --set model.num_layers=3
+    torchrun --nproc_per_node=2 -m gem train --features DIR --out runs/x --preset tiny
+    python -m gem train --features DIR --out runs/x --resume      # continue a killed run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("train", help="pretrain the GEM foundation model (single process or torchrun)",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--features", required=True,
+                        help="features directory (gem features build) or synthetic://N for generated data")
+    parser.add_argument("--eval-features", default=None, help="features directory evaluated after each epoch")
+    parser.add_argument("--out", required=True, help="run directory: checkpoints, model, mlflow.db")
+    parser.add_argument("--preset", default="tiny", help="train preset in gem/configs/train (tiny|small|base|large)")
+    parser.add_argument("--config", default=None, help="a YAML file of TrainConfig values")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a TrainConfig value, or a ModelConfig one as model.KEY=VALUE")
+    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gem.training.config import load_train_config
+
+    cfg, model_cfg = load_train_config(args.preset, args.overrides, args.config)
+    if cfg.engine == "lightning":
+        from gem.training.lightning_module import train_lightning
+
+        result = train_lightning(args.features, args.out, cfg, model_cfg, eval_features=args.eval_features)
+    else:
+        from gem.training.trainer import train
+
+        result = train(args.features, args.out, cfg, model_cfg, resume=args.resume,
+                       eval_features=args.eval_features)
+    summary = {"steps": result.steps, "run_id": result.run_id, **result.perf,
+               **{k: v for k, v in result.eval_metrics.items() if "/all/" in k}}
+    print(json.dumps(summary, indent=1, sort_keys=True, default=str))
+    return 0
