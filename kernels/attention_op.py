@@ -73,18 +73,21 @@ def _jagged_attention_fwd_fake(q, k, v, offsets, max_seq_len, form, causal, attn
 
 def _reference_backward(grad_out, q, k, v, offsets, max_seq_len, form, causal, attn_bias,
                         num_targets, activation):
+    """Gradients of the reference by torch.func.vjp: plain autograd is switched off inside
+    a custom op's implementation, functorch's transform is not."""
     from kernels.pytorch.pt_jagged_attention import pytorch_jagged_attention
 
-    with torch.enable_grad():
-        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
-        bias = None if attn_bias is None else attn_bias.detach().requires_grad_()
-        out = pytorch_jagged_attention(*leaves, offsets, max_seq_len=max_seq_len, form=form,
-                                       causal=causal, attn_bias=bias, num_targets=num_targets,
-                                       activation=activation)
-        inputs = leaves + ([bias] if bias is not None else [])
-        grads = torch.autograd.grad(out, inputs, grad_out, allow_unused=True)
-    grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs)]
-    return grads[0], grads[1], grads[2], (grads[3] if bias is not None else None)
+    def forward(*leaves):
+        bias = leaves[3] if attn_bias is not None else None
+        return pytorch_jagged_attention(leaves[0], leaves[1], leaves[2], offsets,
+                                        max_seq_len=max_seq_len, form=form, causal=causal,
+                                        attn_bias=bias, num_targets=num_targets,
+                                        activation=activation)
+
+    leaves = (q, k, v) + ((attn_bias,) if attn_bias is not None else ())
+    _, vjp = torch.func.vjp(forward, *leaves)
+    grads = vjp(grad_out)
+    return grads[0], grads[1], grads[2], (grads[3] if attn_bias is not None else None)
 
 
 @torch.library.custom_op("gem_kernels::jagged_attention_bwd", mutates_args=())

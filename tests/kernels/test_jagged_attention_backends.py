@@ -1,0 +1,135 @@
+"""Every fast backend against the float64 reference: outputs and gradients.
+
+The Triton backend runs under TRITON_INTERPRET=1 here (see conftest.py), so its cases
+stay tiny; on a CUDA machine the gpu-marked tests run it compiled at larger sizes.
+"""
+
+import pytest
+import torch
+
+import kernels.bucketed.planning as planning
+from jagged_attention_cases import assert_close_to_reference, make_case, run_backend
+from kernels import register_activation
+from kernels.attention_spec import ACTIVATIONS
+
+FP32_TOLERANCE = 2e-5  # "far under 1e-3"; observed ~1e-7
+BF16_TOLERANCE = 1e-2
+
+BACKENDS = ["bucketed", "triton"]
+OPTION_GRID = [
+    dict(form=form, causal=causal, bias_radius=radius, with_targets=targets)
+    for form in ("softmax", "gdpa")
+    for causal in (False, True)
+    for radius, targets in ((None, False), (3, True))
+] + [dict(form="gdpa", causal=True, bias_radius=2, with_targets=False),
+     dict(form="softmax", causal=False, bias_radius=None, with_targets=True)]
+
+
+def _skip_without_triton(backend):
+    if backend == "triton":
+        pytest.importorskip("triton")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("options", OPTION_GRID, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_matches_reference_fp32(generator, backend, options):
+    _skip_without_triton(backend)
+    case = make_case(generator, [5, 0, 1, 19, 8], heads=2, dim=16, max_seq_len=16, **options)
+    assert_close_to_reference(case, backend, FP32_TOLERANCE, generator)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("form", ["softmax", "gdpa"])
+def test_matches_reference_bf16(generator, backend, form):
+    _skip_without_triton(backend)
+    case = make_case(generator, [7, 2, 12], heads=2, dim=16, dtype=torch.bfloat16, form=form,
+                     causal=True, bias_radius=4, with_targets=True)
+    assert_close_to_reference(case, backend, BF16_TOLERANCE, generator)
+
+
+@pytest.mark.parametrize("activation", ["relu", "sigmoid"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_other_activations(generator, backend, activation):
+    _skip_without_triton(backend)
+    case = make_case(generator, [6, 11], form="gdpa", activation=activation, causal=True)
+    assert_close_to_reference(case, backend, FP32_TOLERANCE, generator)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_sequence_much_longer_than_the_rest(generator, backend):
+    _skip_without_triton(backend)
+    lengths = [3, 1, 45, 2, 0, 4] if backend == "triton" else [3, 1, 300, 2, 0, 4, 5, 9]
+    case = make_case(generator, lengths, heads=2, dim=16, causal=True, bias_radius=8)
+    assert_close_to_reference(case, backend, FP32_TOLERANCE, generator)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_truncation_to_max_seq_len(generator, backend):
+    _skip_without_triton(backend)
+    case = make_case(generator, [30, 4, 17, 9], heads=2, dim=16, max_seq_len=8, form="gdpa",
+                     with_targets=True)
+    assert_close_to_reference(case, backend, FP32_TOLERANCE, generator)
+    out, grads = run_backend(case, backend, torch.ones(case.q.shape[0], 2, 16))
+    dropped = list(range(0, 22)) + list(range(34, 43))  # tokens before each kept tail
+    assert out[dropped].abs().max() == 0 and grads[0][dropped].abs().max() == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_many_heads_and_value_dim_differs(generator, backend):
+    _skip_without_triton(backend)
+    case = make_case(generator, [9, 3, 14], heads=4, dim=16, value_dim=32, bias_radius=5,
+                     form="gdpa", causal=True)
+    assert_close_to_reference(case, backend, FP32_TOLERANCE, generator)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_non_contiguous_inputs(generator, backend):
+    _skip_without_triton(backend)
+    case = make_case(generator, [6, 10, 1], heads=2, dim=16, causal=True)
+    packed = torch.stack([case.q, case.k, case.v], dim=2)  # (T, H, 3, D): q, k, v strided views
+    case.q, case.k, case.v = packed[:, :, 0], packed[:, :, 1], packed[:, :, 2]
+    assert not case.q.is_contiguous()
+    assert_close_to_reference(case, backend, FP32_TOLERANCE, generator)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_all_sequences_empty_and_empty_batch(generator, backend):
+    _skip_without_triton(backend)
+    for lengths in ([0, 0, 0], []):
+        case = make_case(generator, lengths, heads=2, dim=16, bias_radius=2)
+        out, grads = run_backend(case, backend, torch.ones(0, 2, 16))
+        assert out.shape == (0, 2, 16)
+        assert [g.shape for g in grads] == [(0, 2, 16)] * 3 + [(2, 5)]
+        assert grads[3].abs().max() == 0
+
+
+def test_bucketed_splits_long_sequences_across_head_groups(generator, monkeypatch):
+    """A tiny chunk budget forces one sequence per chunk and one head per group."""
+    monkeypatch.setattr(planning, "MAX_CHUNK_SCORES", 64)
+    case = make_case(generator, [12, 3, 9, 20], heads=3, dim=16, bias_radius=3,
+                     with_targets=True, causal=True)
+    assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
+
+
+def test_registered_activation_runs_on_bucketed(generator):
+    name = "softplus_for_test"
+    if name not in ACTIVATIONS:
+        register_activation(name, torch.nn.functional.softplus,
+                            lambda dy, x: dy * torch.sigmoid(x))
+    case = make_case(generator, [5, 8], form="gdpa", activation=name, bias_radius=2)
+    assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
+    assert_close_to_reference(case, "pytorch", FP32_TOLERANCE, generator)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, FP32_TOLERANCE), (torch.bfloat16, BF16_TOLERANCE)])
+@pytest.mark.parametrize("options", OPTION_GRID[:8], ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_triton_on_gpu_matches_reference(generator, dtype, tolerance, options):
+    lengths = torch.randint(0, 300, (16,), generator=generator).tolist() + [700]
+    case = make_case(generator, lengths, heads=4, dim=64, dtype=dtype, max_seq_len=512, **options)
+    for name in ("q", "k", "v", "attn_bias", "num_targets", "offsets"):
+        value = getattr(case, name)
+        if value is not None:
+            setattr(case, name, value.cuda())
+    assert_close_to_reference(case, "triton", tolerance, generator)
