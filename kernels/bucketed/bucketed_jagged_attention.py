@@ -58,10 +58,18 @@ class _Problem:
         self.chunks = plan_chunks(starts, lengths, history, self.num_tokens, self.num_heads)
 
     def gather(self, x: Tensor, chunk: Chunk, scale: float | None = None) -> Tensor:
-        """(T, H, D) -> (H, n, Lp, D) in the compute dtype, times `scale` if given."""
-        out = x.permute(1, 0, 2).index_select(1, chunk.gather).to(self.dtype)
-        if scale is not None:
-            out.mul_(scale)
+        """(T, H, D) -> (H, n, Lp, D) in the compute dtype, times `scale` if given.
+
+        Rows are gathered from the contiguous (T, H, D) tensor, then transposed chunk by
+        chunk: index_select on a transposed view would copy the whole tensor every call.
+        """
+        rows = x.index_select(0, chunk.gather)  # (n*Lp, H, D)
+        out = torch.empty(self.num_heads, rows.shape[0], x.shape[2], dtype=self.dtype,
+                          device=x.device)
+        if scale is None:
+            out.copy_(rows.transpose(0, 1))
+        else:
+            torch.mul(rows.transpose(0, 1), scale, out=out)
         return out.view(self.num_heads, -1, chunk.size, x.shape[2])
 
     def new_output(self, like: Tensor) -> Tensor:
@@ -99,7 +107,8 @@ class _Problem:
 def _scatter(dest: Tensor, chunk: Chunk, values: Tensor) -> None:
     """values (H, n, Lp, D) -> rows of dest (T+1, H, D); padding lands on row T."""
     num_heads, _, _, dim = values.shape
-    dest.permute(1, 0, 2).index_copy_(1, chunk.scatter, values.view(num_heads, -1, dim))
+    rows = values.view(num_heads, -1, dim).transpose(0, 1).contiguous()  # (n*Lp, H, D)
+    dest.index_copy_(0, chunk.scatter, rows)
 
 
 def _finish(buffer: Tensor, num_tokens: int, dtype: torch.dtype) -> Tensor:

@@ -1,0 +1,53 @@
+"""Timing and peak-memory measurement for the CPU benchmarks.
+
+Time: best (minimum) of `reps` runs after `warmup` runs; the minimum is the figure
+least disturbed by other processes sharing the cores. The median is kept too.
+
+Memory: tracemalloc doesn't see torch's allocations, and torch has no CPU allocator
+statistics, so peak memory is the growth of this process's resident set during one
+run: free heap is handed back to the OS first (glibc malloc_trim), the kernel's
+high-water mark is reset (/proc/self/clear_refs = 5), and peak = VmHWM - VmRSS before
+the run. It counts everything the step touches (tensors, MKL/OpenMP scratch), Linux only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+_STATUS = Path("/proc/self/status")
+
+
+def time_best(fn: Callable[[], object], reps: int, warmup: int = 1) -> dict[str, float]:
+    """{'best_s', 'median_s'} over `reps` calls of fn after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    seconds = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - start)
+    return {"best_s": min(seconds), "median_s": statistics.median(seconds)}
+
+
+def _status_bytes(key: str) -> int:
+    match = re.search(rf"^{key}:\s+(\d+) kB", _STATUS.read_text(), re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"{key} not in {_STATUS}")
+    return int(match.group(1)) * 1024
+
+
+def peak_rss_growth_mb(fn: Callable[[], object]) -> float | None:
+    """Peak resident-set growth (MiB) while fn runs once; None where Linux /proc is missing."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        Path("/proc/self/clear_refs").write_text("5")
+        before = _status_bytes("VmRSS")
+        fn()
+        return (_status_bytes("VmHWM") - before) / 2**20
+    except (OSError, RuntimeError):
+        return None
