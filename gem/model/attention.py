@@ -106,7 +106,8 @@ class JaggedMultiHeadAttention(nn.Module):
         super().__init__()
         self.num_heads, self.head_dim = num_heads, head_dim
         self.form, self.causal, self.backend = form, causal, backend
-        self.qkv = nn.Linear(dim, 3 * num_heads * head_dim)
+        # No bias: a key bias gets a zero (noise-only) gradient under softmax, which Adam amplifies.
+        self.qkv = nn.Linear(dim, 3 * num_heads * head_dim, bias=False)
         self.out = nn.Linear(num_heads * head_dim, dim)
 
     def forward(self, x_ND: torch.Tensor, offsets: torch.Tensor, max_seq_len: int) -> torch.Tensor:

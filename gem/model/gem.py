@@ -27,7 +27,8 @@ class GEM(nn.Module):
         self.cls_tokens = nn.Parameter(torch.randn(cfg.num_cls_tokens, dim) * 0.02) if cfg.num_cls_tokens else None
         num_out = cfg.fm_tokens + cfg.lcb_tokens
         self.layers = nn.ModuleList(
-            InterFormerLayer(cfg, self.inputs.num_tokens if i == 0 else num_out) for i in range(cfg.num_layers)
+            InterFormerLayer(cfg, self.inputs.num_tokens if i == 0 else num_out, last=i == cfg.num_layers - 1)
+            for i in range(cfg.num_layers)
         )
         summary_tokens = self.layers[-1].summary.num_tokens
         self.two_tower = TwoTower(self.inputs.user_in_dim, self.inputs.item_in_dim, cfg.encode_dim)

@@ -96,7 +96,7 @@ class GatedCrossBlock(nn.Module):
         self.x_summary = nn.Linear(num_x_tokens * dim, dim)
         self.gate_to_x = nn.Linear(2 * dim, dim)
         self.seq_to_x = nn.Linear(dim, dim)
-        self.gate_to_seq = nn.Linear(2 * dim, dim)
+        self.gate_to_seq = nn.Linear(2 * dim, dim) if num_cls else None
         self.x_to_seq = nn.Linear(dim, num_cls * dim) if num_cls else None
 
     def forward(self, x_BnD: torch.Tensor, summary_BsD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -111,10 +111,12 @@ class GatedCrossBlock(nn.Module):
 
 
 class InterFormerLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, num_x_tokens: int) -> None:
+    def __init__(self, cfg: ModelConfig, num_x_tokens: int, last: bool = False) -> None:
         super().__init__()
         dim = cfg.embedding_dim
-        self.num_cls = cfg.num_cls_tokens
+        # The last layer's sequence output is unused: no CLS update (DDP needs every
+        # parameter to get a gradient).
+        self.num_cls = 0 if last else cfg.num_cls_tokens
         self.context = nn.Sequential(nn.Linear(num_x_tokens * dim, dim), nn.LayerNorm(dim))
         self.sequence = SequenceBlock(cfg)
         self.summary = SequenceSummary(cfg)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,9 +27,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+class _QuietFbgemm(logging.Filter):
+    """fbgemm logs every table's full argument list at INFO on the root logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "root" and record.levelno <= logging.INFO)
+
+
 def run(args: argparse.Namespace) -> int:
     from gem.training.config import load_train_config
 
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_QuietFbgemm())
     cfg, model_cfg = load_train_config(args.preset, args.overrides, args.config)
     if cfg.engine == "lightning":
         from gem.training.lightning_module import train_lightning

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torch import nn
 from torchrec.distributed.embedding import EmbeddingCollectionSharder
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.model_parallel import DefaultDataParallelWrapper, DistributedModelParallel
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
@@ -92,7 +93,32 @@ def shard_model(model: nn.Module, env: DistEnv, *, ebc_sharding: str = "table_wi
         constraints=constraints,
     )
     plan = planner.collective_plan(model, sharders, dist.GroupMember.WORLD)
-    return DistributedModelParallel(module=model, device=env.device, plan=plan, sharders=sharders)
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # static_graph=False: with DMP's default (True) the first step's dense gradients were
+    # left unreduced on CPU/gloo (ranks diverged from the first step).
+    wrapper = DefaultDataParallelWrapper(static_graph=False)
+    dmp = DistributedModelParallel(module=model, device=env.device, plan=plan, sharders=sharders,
+                                   data_parallel_wrapper=wrapper)
+    load_unsharded_state(dmp, initial)
+    return dmp
+
+
+def load_unsharded_state(dmp: nn.Module, full: dict[str, torch.Tensor]) -> None:
+    """Copy full (unsharded) tensors into a DMP model's shards. Sharded modules start
+    from their own random init, so without this the initial tables would depend on the
+    world size and plan."""
+    state = dmp.state_dict()
+    for key, value in state.items():
+        if key not in full:
+            raise ValueError(f"{key}: missing from the unsharded state (keys like {list(full)[:3]})")
+        if isinstance(value, ShardedTensor):
+            for shard in value.local_shards():
+                rows, cols = shard.metadata.shard_offsets
+                num_rows, num_cols = shard.metadata.shard_sizes
+                shard.tensor.detach().copy_(full[key][rows:rows + num_rows, cols:cols + num_cols])
+        else:
+            value.detach().copy_(full[key])
+    dmp.load_state_dict(state)
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -26,8 +26,9 @@ def test_forward_shapes_loss_and_backward(spec, arch):
     loss, per_task = multitask_loss(out, batch.labels)
     assert per_task.shape == (2,) and torch.isfinite(loss)
     loss.backward()
-    grads = [p.grad for p in model.parameters() if p.requires_grad]
-    assert sum(g is not None and bool(g.abs().sum() > 0) for g in grads) > 0.8 * len(grads)
+    # DDP needs a gradient for every parameter.
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    assert missing == []
 
 
 def test_conversion_is_click_then_convert(spec):
