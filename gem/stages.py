@@ -1,0 +1,258 @@
+"""One package function per pipeline stage.
+
+The kfp components in components/ are thin typed wrappers over these functions, and
+the refresh cycle calls them directly. Each stage takes plain paths and parameters plus
+a ``RunContext`` (which pipeline run it belongs to, where MLflow records it), runs one
+package function, records an MLflow run nested under the pipeline's parent run with
+the lineage tags, and returns a small JSON-able dict.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+from gem import tracking
+from gem.data.contract import Manifest
+
+log = logging.getLogger(__name__)
+
+TEACHER_MODEL = "gem_teacher"
+EXPERIMENT = "gem-pipeline"
+
+
+@dataclass(kw_only=True)
+class RunContext:
+    """Which pipeline run a stage belongs to and where MLflow lives (JSON-serialised
+    into every component as one string parameter)."""
+
+    pipeline_run_id: str
+    tracking_root: str  # local MLflow store root (ignored when MLFLOW_TRACKING_URI is set)
+    parent_run_id: str = ""
+    experiment: str = EXPERIMENT
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def loads(cls, text: str) -> "RunContext":
+        return cls(**json.loads(text))
+
+
+@dataclass(kw_only=True)
+class Windows:
+    """The time protocol: teacher [start, teacher_end), students [teacher_end, student_end),
+    holdout [student_end, end). ISO-8601 UTC strings."""
+
+    start: str
+    teacher_end: str
+    student_end: str
+    end: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def split_windows(data: str | Path, *, student_days: int = 1, holdout_days: int = 1) -> Windows:
+    """Teacher gets every day but the last ``student_days + holdout_days``."""
+    manifest = Manifest.read(Path(data))
+    days = manifest.days()
+    if len(days) < student_days + holdout_days + 1:
+        raise ValueError(f"{data}: {len(days)} day(s) in the window; the protocol needs at least "
+                         f"{student_days + holdout_days + 1} (teacher + {student_days} student + {holdout_days} holdout)")
+    iso = lambda d: dt.datetime.combine(d, dt.time(), tzinfo=dt.timezone.utc).isoformat()  # noqa: E731
+    teacher_end = days[-(student_days + holdout_days)]
+    student_end = days[-holdout_days]
+    return Windows(start=manifest.start.isoformat(), teacher_end=iso(teacher_end), student_end=iso(student_end),
+                   end=manifest.end.isoformat())
+
+
+# ---------------------------------------------------------------- tracking plumbing
+
+
+def start_pipeline(ctx: RunContext, *, params: dict | None = None, tags: dict | None = None) -> RunContext:
+    """Create the pipeline's parent run (left open; ``finish_pipeline`` closes it)."""
+    import mlflow
+
+    tracking.configure(ctx.tracking_root, experiment=ctx.experiment)
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name(ctx.experiment)
+    run = client.create_run(experiment.experiment_id, run_name=f"pipeline-{ctx.pipeline_run_id}",
+                            tags={tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, **(tags or {})})
+    for key, value in (params or {}).items():
+        client.log_param(run.info.run_id, key, str(value)[:500])
+    return RunContext(pipeline_run_id=ctx.pipeline_run_id, tracking_root=ctx.tracking_root,
+                      parent_run_id=run.info.run_id, experiment=ctx.experiment)
+
+
+@contextmanager
+def stage(ctx: RunContext, name: str, *, tags: dict | None = None) -> Iterator[object]:
+    """An MLflow run for one stage, nested under the pipeline run, with lineage tags."""
+    tracking.configure(ctx.tracking_root, experiment=ctx.experiment)
+    all_tags = {tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, **(tags or {})}
+    with tracking.stage_run(name, tags=all_tags, parent_run_id=ctx.parent_run_id or None) as run:
+        yield run
+
+
+def finish_pipeline(ctx: RunContext, summary: dict, status: str = "FINISHED") -> None:
+    import mlflow
+
+    tracking.configure(ctx.tracking_root, experiment=ctx.experiment)
+    client = mlflow.MlflowClient()
+    client.log_dict(ctx.parent_run_id, summary, "pipeline_summary.json")
+    client.set_terminated(ctx.parent_run_id, status=status)
+
+
+# ---------------------------------------------------------------- data
+
+
+def simulate_stage(out: str, preset: str, ctx: RunContext, overrides: list[str] | None = None) -> dict:
+    from gem.config import flatten, load_config
+    from gem.data.simulate import SimulatorConfig, simulate
+
+    cfg = load_config(SimulatorConfig, section="simulator", preset=preset, overrides=overrides)
+    with stage(ctx, "simulate") as _:
+        import mlflow
+
+        mlflow.log_params({f"sim.{k}": v for k, v in flatten(cfg).items()})
+        manifest = simulate(cfg, out)
+        mlflow.log_metric("events", manifest.extra["events"])
+    return {"events": manifest.extra["events"], "window": [manifest.window_start, manifest.window_end]}
+
+
+def validate_stage(data: str, out: str, report_dir: str, ctx: RunContext, max_quarantine_fraction: float = 0.0) -> dict:
+    """Validate ``data`` and write the processed rows as a clean dataset to ``out``."""
+    import mlflow
+
+    from gem.data.validate import validate_dataset
+
+    with stage(ctx, "validate", tags={tracking.TAG_DATA_WINDOW: _window_tag(data)}):
+        report = validate_dataset(data, report_dir=report_dir, out=out)
+        mlflow.log_metrics({f"rows.{k}.{t}": v for k, counts in (("input", report.input_rows),
+                            ("processed", report.processed_rows), ("quarantined", report.quarantined_rows))
+                            for t, v in counts.items()})
+        mlflow.log_metrics({f"quarantine.{r}": n for r, n in report.reasons.items()})
+        mlflow.log_artifact(report.report_path)
+    if report.quarantined_fraction > max_quarantine_fraction:
+        raise ValueError(f"{data}: {report.quarantined_fraction:.4%} of rows quarantined, above the allowed "
+                         f"{max_quarantine_fraction:.4%}; see {report.quarantine_path}")
+    return {"summary": report.summary(), "quarantined_fraction": report.quarantined_fraction,
+            "events": report.processed_rows.get("events", 0)}
+
+
+def _window_tag(data: str | Path) -> str:
+    manifest = Manifest.read(Path(data))
+    return f"{manifest.window_start}..{manifest.window_end}"
+
+
+# ---------------------------------------------------------------- features
+
+
+def features_plan_stage(data: str, out: str, start: str, end: str, preset: str, vocab_from: str = "",
+                        overrides: list[str] | None = None) -> list[str]:
+    """Stage the window's inputs and return the shard names to fan out over."""
+    from gem.features.build import prepare_build
+    from gem.features.shards import list_shards
+
+    cfg = _features_cfg(preset, vocab_from, overrides)
+    plan = prepare_build(data, out, cfg, window_start=start, window_end=end)
+    return [key.name for key in list_shards(plan)]
+
+
+def features_shard_stage(out: str, shard: str) -> dict:
+    from gem.features.plan import BuildPlan, ShardKey
+    from gem.features.shards import build_shard
+
+    return build_shard(BuildPlan.read(Path(out)), ShardKey.parse(shard))
+
+
+def features_finalize_stage(out: str, preset: str, ctx: RunContext, name: str, vocab_from: str = "",
+                            overrides: list[str] | None = None) -> dict:
+    import mlflow
+
+    from gem.features.build import finalize_build
+    from gem.features.plan import BuildPlan
+
+    cfg = _features_cfg(preset, vocab_from, overrides)
+    plan = BuildPlan.read(Path(out))
+    window = f"{plan.window_start}..{plan.window_end}"
+    with stage(ctx, f"features-{name}", tags={tracking.TAG_DATA_WINDOW: window}):
+        manifest = finalize_build(plan, cfg)
+        mlflow.set_tag(tracking.TAG_DATA_DIGEST, manifest["digest"])
+        mlflow.log_metrics({"examples": manifest["counts"]["examples"],
+                            "bytes_per_example": manifest["bytes"]["per_example"]})
+    return {"examples": manifest["counts"]["examples"], "digest": manifest["digest"], "window": window}
+
+
+def _features_cfg(preset: str, vocab_from: str, overrides: list[str] | None):
+    from gem.config import load_config
+    from gem.features.config import FeaturesConfig
+
+    extra = [f"vocab_from={vocab_from}"] if vocab_from else []
+    return load_config(FeaturesConfig, section="features", preset=preset, overrides=[*extra, *(overrides or [])])
+
+
+def feast_stage(data: str, repo_dir: str, end: str, ctx: RunContext) -> dict:
+    """Export the dataset's attribute and recent-behaviour sources into a copy of the
+    Feast repo, apply it, and materialize the online store up to ``end``."""
+    import mlflow
+
+    from gem.data.contract import parse_utc
+    from gem.features.feast_repo import apply, copy_repo, materialize, resolve_repo
+    from gem.features.feast_sources import export
+
+    with stage(ctx, "feast", tags={tracking.TAG_FEATURE_VIEWS: "user_attributes,item_attributes,recent_behavior"}):
+        repo = copy_repo(None, Path(repo_dir))
+        export(data, repo)
+        apply(repo, definitions_repo=resolve_repo(None))
+        store = materialize(repo, end=parse_utc(end))
+        views = sorted(v.name for v in store.list_feature_views())
+        mlflow.log_param("feature_views", ",".join(views))
+    return {"repo": str(repo), "feature_views": views}
+
+
+# ---------------------------------------------------------------- pretraining
+
+
+def pretrain_stage(features: str, eval_features: str, out: str, preset: str, ctx: RunContext,
+                   overrides: list[str] | None = None, init_from: str = "") -> dict:
+    """Train GEM on ``features``; register the model as ``gem_teacher`` tagged with its
+    data window and digest; returns the version and the holdout metrics."""
+    import mlflow
+
+    from gem.training.config import load_train_config
+    from gem.training.trainer import train
+
+    tracking.configure(ctx.tracking_root, experiment=ctx.experiment)
+    window, digest = _features_lineage(features)
+    extra = [f"tracking_uri={mlflow.get_tracking_uri()}", f"experiment={ctx.experiment}", "run_name=pretrain"]
+    cfg, model_cfg = load_train_config(preset, [*extra, *(overrides or [])])
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name(ctx.experiment)
+    run = client.create_run(experiment.experiment_id, run_name="pretrain", tags={
+        "mlflow.parentRunId": ctx.parent_run_id, tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
+        tracking.TAG_STAGE: "pretrain", tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
+        **({"gem.init_from": init_from} if init_from else {})})
+    os.environ["MLFLOW_RUN_ID"] = run.info.run_id
+    try:
+        result = train(features, out, cfg, model_cfg, eval_features=eval_features or None,
+                       init_from=init_from or None)
+    finally:
+        os.environ.pop("MLFLOW_RUN_ID", None)
+    version = mlflow.register_model(f"runs:/{run.info.run_id}/model", TEACHER_MODEL,
+                                    tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
+                                          tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id})
+    return {"run_id": run.info.run_id, "model_version": str(version.version), "model_dir": str(Path(out) / "model"),
+            "metrics": {k: float(v) for k, v in result.eval_metrics.items()}, "steps": result.steps}
+
+
+def _features_lineage(features: str) -> tuple[str, str]:
+    manifest = json.loads((Path(features) / "manifest.json").read_text())
+    window = manifest.get("window", {})
+    return f"{window.get('start')}..{window.get('end')}", manifest.get("digest", "")
