@@ -1,0 +1,20 @@
+"""KnowledgeConfig (presets in ``gem/configs/knowledge/<name>.yaml``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(kw_only=True)
+class KnowledgeConfig:
+    batch_size: int = 1024  # impressions per teacher forward
+    threads: int = 0  # torch intra-op threads; 0 = leave torch's default
+    embeddings: bool = True  # also write the user/item embedding tables
+    precision: str = "fp32"  # "bf16": autocast the teacher forward
+
+    def validate(self) -> "KnowledgeConfig":
+        if self.batch_size < 1:
+            raise ValueError(f"knowledge.batch_size={self.batch_size} must be >= 1")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"knowledge.precision={self.precision!r} must be fp32 or bf16")
+        return self

@@ -1,0 +1,104 @@
+"""Knowledge in Feast: register knowledge folders as the ``teacher_*`` sources of a
+repo (feature_repo/knowledge.py) and read them back point-in-time.
+
+    repo = prepare_repo(tmp / "feast", data_dir)         # private repo copy + attribute sources
+    register_knowledge(repo, [knowledge_a, knowledge_b])   # teacher_*.parquet, feast apply
+    frame = historical_knowledge(repo, keys)               # per impression, point-in-time
+
+Point-in-time semantics: predictions join on the impression itself; embeddings join
+on the latest row *strictly before* the impression (``embedding_lag``, default 1 s), i.e.
+the embedding a batch job had already written to the store when the request came.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gem.features.feast_repo import DEFAULT_REPO, apply, copy_repo, open_store
+from gem.features.storage import write_parquet_atomic
+from gem.knowledge.generate import (
+    ITEM_EMBEDDING, OWN_COLUMNS, PREDICTIONS, SURFACE_COLUMNS, USER_EMBEDDING, read_knowledge_manifest,
+)
+
+SOURCE_FILES = {PREDICTIONS: "teacher_predictions.parquet", USER_EMBEDDING: "teacher_user_embedding.parquet",
+                ITEM_EMBEDDING: "teacher_item_embedding.parquet"}
+PREDICTION_FEATURES = [f"teacher_predictions:{c}" for c in (*OWN_COLUMNS, *SURFACE_COLUMNS, "teacher_version")]
+EMBEDDING_FEATURES = ["teacher_user_embedding:teacher_user_embedding", "teacher_item_embedding:teacher_item_embedding"]
+
+
+def prepare_repo(repo_dir: str | Path, data_dir: str | Path | None = None, *, recent_k: int = 20) -> Path:
+    """A private copy of the project's Feast repo at ``repo_dir``; with ``data_dir`` (a
+    contract dataset) also its user/item/recent-behaviour sources (for serving)."""
+    repo = copy_repo(DEFAULT_REPO, Path(repo_dir))
+    if data_dir is not None:
+        from gem.features.feast_sources import export
+
+        export(data_dir, repo, recent_k=recent_k)
+    return repo
+
+
+def register_knowledge(repo_dir: str | Path, knowledge_dirs: list[str | Path], *,
+                       definitions_repo: str | Path | None = None):
+    """Write the union of the knowledge folders as the repo's teacher_* sources and
+    ``feast apply`` (definitions from the project's feature_repo by default)."""
+    repo = Path(repo_dir)
+    for name, file in SOURCE_FILES.items():
+        tables = [pq.read_table(Path(k) / name) for k in knowledge_dirs if (Path(k) / name).is_file()]
+        if not tables:
+            continue
+        for k in knowledge_dirs:
+            read_knowledge_manifest(k)
+        write_parquet_atomic(pa.concat_tables(tables), repo / "data" / file)
+    return apply(repo, definitions_repo=definitions_repo or DEFAULT_REPO)
+
+
+def _stack(values: pd.Series, dim: int) -> np.ndarray:
+    out = np.zeros((len(values), dim), dtype=np.float32)
+    for i, v in enumerate(values.to_numpy()):
+        if v is not None and not (isinstance(v, float) and np.isnan(v)) and len(v) == dim:
+            out[i] = v
+    return out
+
+
+def historical_knowledge(repo_dir: str | Path, keys: pd.DataFrame, *, predictions: bool = True,
+                         embeddings: bool = True, embedding_lag: dt.timedelta = dt.timedelta(seconds=1),
+                         embedding_dim: int | None = None) -> pd.DataFrame:
+    """Point-in-time knowledge for impressions ``keys`` (example_id, user_id, item_id,
+    event_timestamp), in the same row order. Columns: the teacher_logit_* floats and
+    teacher_version (NaN / None where the teacher saw no such impression) and
+    ``teacher_user_embedding`` / ``teacher_item_embedding`` as lists (zeros when absent)."""
+    store = open_store(repo_dir)
+    base = keys[["example_id", "user_id", "item_id", "event_timestamp"]].reset_index(drop=True).copy()
+    base["_row"] = np.arange(len(base))
+    result = base[["example_id"]].copy()
+    if predictions:
+        df = store.get_historical_features(entity_df=base[["example_id", "event_timestamp", "_row"]],
+                                           features=PREDICTION_FEATURES).to_df()
+        df = df.sort_values("_row").reset_index(drop=True)
+        for c in (*OWN_COLUMNS, *SURFACE_COLUMNS, "teacher_version"):
+            result[c] = df[c].to_numpy()
+    if embeddings:
+        entity = base[["user_id", "item_id", "event_timestamp", "_row"]].copy()
+        entity["event_timestamp"] = entity["event_timestamp"] - embedding_lag
+        df = store.get_historical_features(entity_df=entity, features=EMBEDDING_FEATURES).to_df()
+        df = df.sort_values("_row").reset_index(drop=True)
+        for c in ("teacher_user_embedding", "teacher_item_embedding"):
+            col = df[c]
+            dim = embedding_dim or next((len(v) for v in col if isinstance(v, (list, np.ndarray)) and len(v)), 0)
+            result[c] = list(_stack(col, dim)) if dim else [np.zeros(0, np.float32)] * len(col)
+    return result
+
+
+def online_embeddings(store, user_id: int, item_ids: list[int]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Latest teacher embeddings of one user and many items from the online store."""
+    user = store.get_online_features(features=["teacher_user_embedding:teacher_user_embedding"],
+                                     entity_rows=[{"user_id": int(user_id)}]).to_dict()
+    items = store.get_online_features(features=["teacher_item_embedding:teacher_item_embedding"],
+                                      entity_rows=[{"item_id": int(i)} for i in item_ids]).to_dict()
+    return user["teacher_user_embedding"][0], items["teacher_item_embedding"]

@@ -1,0 +1,167 @@
+"""Knowledge generation: a frozen GEM teacher's outputs over a features window.
+
+    manifest = generate_knowledge("models:/gem-teacher@prod", "features/", "knowledge/")
+
+Output (written into a hidden temp folder and renamed into place, so a reader sees the
+whole result or none; ``knowledge.json`` is written last):
+
+    OUT/predictions.parquet     one row per impression: example_id, user_id, item_id (raw
+                                ids), surface, event_timestamp, teacher_logit_{click,conversion}
+                                (own surface), teacher_logit_<surface>_<task> (every surface),
+                                teacher_version, window_start, window_end
+    OUT/user_embedding.parquet  user_id, event_timestamp (the impression's), teacher_user_embedding
+                                (E floats), tags
+    OUT/item_embedding.parquet  item_id, event_timestamp (= window start: the item tower reads
+                                item attributes only), teacher_item_embedding (E floats), tags
+    OUT/knowledge.json          teacher uri/version, window, counts, examples/s, schema
+
+Logits are GEM's joint logits (column 1 is p(click and conversion)), see gem.model.heads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import torch
+
+from gem.data.contract import SURFACES, TASKS
+from gem.features.loader import FeatureLoader, read_manifest
+from gem.features.storage import atomic_dir, write_json_atomic, write_parquet
+from gem.knowledge.config import KnowledgeConfig
+from gem.knowledge.teacher import Teacher, load_teacher, teacher_outputs
+from gem.knowledge.windows import example_keys, select_shards, window_bounds
+
+log = logging.getLogger(__name__)
+
+FORMAT = "gem-knowledge/1"
+MANIFEST = "knowledge.json"
+PREDICTIONS, USER_EMBEDDING, ITEM_EMBEDDING = "predictions.parquet", "user_embedding.parquet", "item_embedding.parquet"
+OWN_COLUMNS = tuple(f"teacher_logit_{t}" for t in TASKS)
+SURFACE_COLUMNS = tuple(f"teacher_logit_{s}_{t}" for s in SURFACES for t in TASKS)
+TAG_COLUMNS = ("teacher_version", "window_start", "window_end")
+
+
+def _check_spec(teacher: Teacher, loader: FeatureLoader) -> None:
+    t, d = teacher.spec.to_dict(), loader.spec.to_dict()
+    diff = sorted(k for k in t if k != "max_seq_len" and t[k] != d.get(k))
+    if diff:
+        raise ValueError(f"the teacher was trained on another feature spec than {loader.features_dir}: "
+                         f"{diff} differ (build the window with the teacher's vocabularies: vocab_from)")
+
+
+@torch.no_grad()
+def run_teacher(teacher: Teacher, loader: FeatureLoader, precision: str = "fp32") -> dict[str, np.ndarray]:
+    """Teacher outputs per impression, in loader order: example_id (N,), own (N, T),
+    all (N, S, T), user (N, E), item (N, E)."""
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("example_id", "own", "all", "user", "item")}
+    model = teacher.model.eval()
+    for batch in loader:
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else torch.autocast("cpu", enabled=False)
+        with ctx:
+            own, every, user, item = teacher_outputs(model, batch)
+        parts["example_id"].append(batch.example_id.numpy())
+        for key, value in (("own", own), ("all", every), ("user", user), ("item", item)):
+            parts[key].append(value.float().numpy())
+    return {k: np.concatenate(v) if v else np.zeros((0,)) for k, v in parts.items()}
+
+
+def _list_column(matrix: np.ndarray) -> pa.Array:
+    matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+    n, e = matrix.shape
+    return pa.ListArray.from_arrays(pa.array(np.arange(0, (n + 1) * e, e, dtype=np.int32)), pa.array(matrix.reshape(-1)))
+
+
+def knowledge_tables(out: dict[str, np.ndarray], keys: pd.DataFrame, tags: dict[str, str]) -> dict[str, pa.Table]:
+    """The three output tables from teacher outputs and the impressions' keys."""
+    order = pd.Series(np.arange(len(out["example_id"])), index=out["example_id"])
+    keys = keys[keys["example_id"].isin(order.index)].reset_index(drop=True)
+    idx = order.loc[keys["example_id"].to_numpy()].to_numpy()
+    n = len(keys)
+    tag_cols = {k: pa.array([v] * n, pa.string()) for k, v in tags.items()}
+    ts = pa.array(keys["event_timestamp"], pa.timestamp("us", tz="UTC"))
+    own, every = out["own"][idx], out["all"][idx]
+    predictions = pa.table({
+        "example_id": pa.array(keys["example_id"], pa.int64()),
+        "user_id": pa.array(keys["user_id"], pa.int64()),
+        "item_id": pa.array(keys["item_id"], pa.int64()),
+        "surface": pa.array(np.asarray(SURFACES, dtype=object)[keys["surface"].to_numpy()], pa.string()),
+        "event_timestamp": ts,
+        **{c: pa.array(own[:, i], pa.float32()) for i, c in enumerate(OWN_COLUMNS)},
+        **{c: pa.array(every.reshape(n, -1)[:, i], pa.float32()) for i, c in enumerate(SURFACE_COLUMNS)},
+        **tag_cols,
+    })
+    tables = {PREDICTIONS: predictions}
+    for side, name in (("user", USER_EMBEDDING), ("item", ITEM_EMBEDDING)):
+        key = f"{side}_id"
+        frame = pd.DataFrame({key: keys[key].to_numpy(), "ts": keys["event_timestamp"], "row": idx})
+        frame = frame[frame[key] >= 0]
+        if side == "item":  # the item tower reads item attributes only: one row per item, at the window start
+            frame = frame.drop_duplicates(key, keep="last").assign(ts=pd.Timestamp(tags["window_start"]))
+        frame = frame.drop_duplicates([key, "ts"], keep="last").sort_values([key, "ts"])
+        m = len(frame)
+        tables[name] = pa.table({
+            key: pa.array(frame[key].to_numpy(), pa.int64()),
+            "event_timestamp": pa.array(frame["ts"], pa.timestamp("us", tz="UTC")),
+            f"teacher_{side}_embedding": _list_column(out[side][frame["row"].to_numpy()]),
+            **{k: pa.array([v] * m, pa.string()) for k, v in tags.items()},
+        })
+    return tables
+
+
+def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, out_dir: str | Path,
+                       cfg: KnowledgeConfig | None = None, *, start: str | None = None, end: str | None = None,
+                       tracking_uri: str | None = None) -> dict:
+    """Run the teacher over the window ``features_dir`` [start, end) and write its
+    knowledge to ``out_dir`` (see module docstring); returns the manifest."""
+    cfg = (cfg or KnowledgeConfig()).validate()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    teacher = model if isinstance(model, Teacher) else load_teacher(model, tracking_uri)
+    shards = select_shards(features_dir, start, end)
+    if not shards:
+        raise ValueError(f"{features_dir}: no shard has a day in [{start}, {end})")
+    loader = FeatureLoader(features_dir, batch_size=cfg.batch_size, shuffle=False, shards=shards)
+    _check_spec(teacher, loader)
+    w_start, w_end = window_bounds(features_dir, start, end)
+    tags = {"teacher_version": teacher.version, "window_start": w_start, "window_end": w_end}
+    started = time.perf_counter()
+    out = run_teacher(teacher, loader, cfg.precision)
+    seconds = time.perf_counter() - started
+    tables = knowledge_tables(out, example_keys(features_dir, shards), tags)
+    if not cfg.embeddings:
+        tables = {PREDICTIONS: tables[PREDICTIONS]}
+    n = len(out["example_id"])
+    manifest = {
+        "format": FORMAT, "teacher_uri": str(teacher.uri), "teacher_version": teacher.version,
+        "teacher_run_id": teacher.run_id, "window": {"start": w_start, "end": w_end},
+        "features": {"dir": str(Path(features_dir).resolve()), "digest": read_manifest(features_dir)["digest"],
+                     "shards": shards},
+        "counts": {"examples": n, **{name: t.num_rows for name, t in tables.items()}},
+        "embedding_dim": int(out["user"].shape[1]) if n else 0,
+        "examples_per_s": n / seconds if seconds > 0 else 0.0,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "schema": {name: [f.name for f in t.schema] for name, t in tables.items()},
+    }
+    with atomic_dir(Path(out_dir)) as tmp:
+        for name, table in tables.items():
+            write_parquet(table, tmp / name)
+        write_json_atomic(manifest, tmp / MANIFEST)
+    log.info("knowledge: %d impressions at %.0f examples/s -> %s", n, manifest["examples_per_s"], out_dir)
+    return manifest
+
+
+def read_knowledge_manifest(knowledge_dir: str | Path) -> dict:
+    path = Path(knowledge_dir) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; not a finished knowledge folder (run `gem knowledge generate`)")
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT}")
+    return manifest

@@ -1,0 +1,73 @@
+"""Windows of a features build and the keys of their impressions.
+
+A "window" is a features directory (``gem features build``) optionally narrowed to the
+shards whose UTC day lies in ``[start, end)``. ``example_keys`` returns, per impression,
+what Feast joins on: the impression id, the raw (contract) user and item ids, the
+surface and the event time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from gem.data.contract import parse_utc
+from gem.features.loader import read_manifest
+from gem.features.shards import EXAMPLES_FILE
+from gem.features.vocab import Vocabularies
+
+KEY_COLUMNS = ("example_id", "user_id", "item_id", "surface", "event_timestamp")
+
+
+def select_shards(features_dir: str | Path, start: str | None = None, end: str | None = None) -> list[str]:
+    """Names of the shards whose day is in [start, end) (UTC ISO dates or times)."""
+    manifest = read_manifest(features_dir)
+    lo = parse_utc(start).date() if start else dt.date.min
+    hi = parse_utc(end) if end else None
+    out = []
+    for shard in manifest["shards"]:
+        day = dt.date.fromisoformat(shard["day"])
+        day_start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.timezone.utc)
+        if day >= lo and (hi is None or day_start < hi):
+            out.append(shard["name"])
+    return out
+
+
+def window_bounds(features_dir: str | Path, start: str | None = None, end: str | None = None) -> tuple[str, str]:
+    """The effective [start, end) of a window: the build's window narrowed by start/end."""
+    window = read_manifest(features_dir)["window"]
+    lo, hi = parse_utc(window["start"]), parse_utc(window["end"])
+    if start:
+        lo = max(lo, parse_utc(start))
+    if end:
+        hi = min(hi, parse_utc(end))
+    return lo.isoformat(), hi.isoformat()
+
+
+def example_keys(features_dir: str | Path, shards: list[str] | None = None) -> pd.DataFrame:
+    """One row per impression of the shards: KEY_COLUMNS, with raw ids (item_id -1 when
+    the item is outside the build's vocabulary) and a UTC event_timestamp."""
+    features_dir = Path(features_dir)
+    names = shards if shards is not None else [s["name"] for s in read_manifest(features_dir)["shards"]]
+    items = Vocabularies.read(features_dir).values["item_id"].to_numpy(zero_copy_only=False)
+    frames = []
+    for name in names:
+        table = pq.read_table(features_dir / "shards" / name / EXAMPLES_FILE,
+                              columns=["example_id", "user_id", "item_id", "surface", "event_time"])
+        frames.append(table.to_pandas())
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in KEY_COLUMNS})
+    df = pd.concat(frames, ignore_index=True)
+    dense_item = df["item_id"].to_numpy().astype(np.int64)
+    raw_item = np.where(dense_item > 0, items[np.maximum(dense_item - 1, 0)] if len(items) else -1, -1)
+    return pd.DataFrame({
+        "example_id": df["example_id"].astype(np.int64),
+        "user_id": df["user_id"].astype(np.int64),
+        "item_id": raw_item.astype(np.int64),
+        "surface": df["surface"].astype(np.int64),
+        "event_timestamp": pd.to_datetime(df["event_time"].astype(np.int64), unit="us", utc=True),
+    })

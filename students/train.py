@@ -1,0 +1,64 @@
+"""Train and evaluate one student on a StudentTable: a plain, seeded loop (the students
+are small, their data sits in memory; no sharding, no fused optimizers).
+
+Determinism: the model is built under ``torch.manual_seed(seed)`` by the caller, batches
+are drawn from a generator seeded with ``seed``, and soft-target terms with weight 0 are
+never computed, so KD with weight 0 reproduces the no-teacher student bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gem.training.metrics import SurfaceTaskMetrics
+from students.config import OptimConfig
+from students.data import StudentTable
+from students.losses import SoftTarget, distill_loss
+from students.model import VerticalStudent
+
+
+def train_student(model: VerticalStudent, table: StudentTable, optim: OptimConfig, *, seed: int,
+                  soft_targets: list[SoftTarget] | None = None) -> list[float]:
+    """Train in place; returns the mean loss of each epoch."""
+    terms = [t for t in (soft_targets or []) if t.weight > 0]
+    for t in terms:
+        if t.probs.shape != table.labels.shape:
+            raise ValueError(f"soft target {t.name}: shape {tuple(t.probs.shape)} != labels {tuple(table.labels.shape)}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=optim.lr, weight_decay=optim.weight_decay)
+    gen = torch.Generator().manual_seed(seed)
+    n = len(table)
+    history = []
+    model.train()
+    for _ in range(optim.epochs):
+        order = torch.randperm(n, generator=gen)
+        total, count = 0.0, 0
+        for lo in range(0, n, optim.batch_size):
+            idx = order[lo:lo + optim.batch_size]
+            out = model(table.inputs(idx))
+            loss = distill_loss(out, table.labels[idx], [(t.weight, t.probs[idx], t.temperature) for t in terms])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+            count += len(idx)
+        history.append(total / max(count, 1))
+    model.eval()
+    return history
+
+
+@torch.no_grad()
+def predict(model: VerticalStudent, table: StudentTable, batch_size: int = 8192) -> torch.Tensor:
+    """(N, T) joint probabilities."""
+    model.eval()
+    outs = [torch.sigmoid(model(table.inputs(slice(lo, lo + batch_size))).logits)
+            for lo in range(0, len(table), batch_size)]
+    return torch.cat(outs) if outs else torch.zeros(0, table.labels.shape[1])
+
+
+def evaluate(probs: torch.Tensor, table: StudentTable, surfaces: list[str], tasks: list[str]) -> dict[str, float]:
+    """``auc/<surface|all>/<task>``, ``ne/...``, ``calibration/...`` (gem.training.metrics)."""
+    metrics = SurfaceTaskMetrics(surfaces, tasks)
+    if len(table):
+        metrics.update(probs, table.labels, table.surface)
+    return metrics.compute()
