@@ -37,7 +37,7 @@ from gem.features.feast_sources import export
 from gem.features.plan import BuildPlan, ShardKey, dataset_days, day_start_us, to_us, window_days
 from gem.features.report import build_report, log_to_mlflow, read_report
 from gem.features.shards import DENSE_FEATURES, SPARSE_FEATURES, build_shard, list_shards, read_stats
-from gem.features.staging import stage_day
+from gem.features.staging import group_days, stage_group
 from gem.features.storage import dir_bytes, dir_digest, dumps, file_digest, write_json_atomic
 from gem.features.vocab import VOCAB_DIR, VOCAB_NAMES, Vocabularies, build_vocabularies
 
@@ -76,11 +76,13 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
     if start >= end:
         raise ValueError(f"window start {start.isoformat()} must be before its end {end.isoformat()}")
     start_us, end_us = to_us(start), to_us(end)
+    history_days = [d for d in dataset_days(data_dir) if day_start_us(d) < end_us]
     plan = BuildPlan(
         data_dir=str(data_dir), out_dir=str(out_dir),
         window_start=start.isoformat(), window_end=end.isoformat(),
         window_start_us=start_us, window_end_us=end_us,
-        history_days=[d for d in dataset_days(data_dir) if day_start_us(d) < end_us],
+        history_days=history_days,
+        stage_groups=group_days(data_dir, history_days, min_groups=_workers(cfg, len(history_days))),
         example_days=window_days(start_us, end_us),
         max_seq_len=cfg.max_seq_len, num_buckets=cfg.num_buckets, include_organic=cfg.include_organic,
         feast_repo=str(resolve_repo(cfg.feast_repo)),
@@ -95,16 +97,16 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
     export(data_dir, plan.feast_dir, parts=("users", "items"))
     apply(plan.feast_dir, definitions_repo=plan.feast_repo)
     plan.write()
-    with _pool(_workers(cfg, len(plan.history_days))) as pool:
-        staged = sum(pool.map(_stage_job, [(plan, d) for d in plan.history_days]))
+    with _pool(_workers(cfg, len(plan.stage_groups))) as pool:
+        staged = sum(pool.map(_stage_job, [(plan, g) for g in range(len(plan.stage_groups))]))
     log.info("features: staged %d events of %d days into %d buckets", staged, len(plan.history_days),
              plan.num_buckets)
     return plan
 
 
-def _stage_job(job: tuple[BuildPlan, str]) -> int:
-    plan, day = job
-    return stage_day(plan, Vocabularies.read(Path(plan.out_dir)), day)
+def _stage_job(job: tuple[BuildPlan, int]) -> int:
+    plan, group = job
+    return stage_group(plan, Vocabularies.read(Path(plan.out_dir)), group)
 
 
 def _shard_job(job: tuple[BuildPlan, ShardKey]) -> dict:

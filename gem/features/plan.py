@@ -46,6 +46,7 @@ class BuildPlan:
     window_start_us: int
     window_end_us: int
     history_days: list[str]  # every dataset day up to the window end (history source)
+    stage_groups: list[list[str]]  # consecutive history days staged together (one file per bucket)
     example_days: list[str]  # the days of the window (one shard per bucket and day)
     max_seq_len: int
     num_buckets: int
@@ -68,8 +69,14 @@ class BuildPlan:
     def shards_dir(self) -> Path:
         return Path(self.out_dir) / SHARDS_DIR
 
-    def staging_file(self, bucket: int, day: str) -> Path:
-        return self.staging_dir / f"bucket={bucket:03d}" / f"day={day}.parquet"
+    def staging_file(self, bucket: int, group: int) -> Path:
+        return self.staging_dir / f"bucket={bucket:03d}" / f"group={group:05d}.parquet"
+
+    def group_of(self, day: str) -> int:
+        for i, days in enumerate(self.stage_groups):
+            if day in days:
+                return i
+        return -1
 
     def write(self) -> Path:
         path = self.work_dir / PLAN_FILE

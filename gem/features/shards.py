@@ -27,7 +27,6 @@ import numpy as np
 import pyarrow as pa
 
 from gem.data.contract import ITEM_ATTRIBUTES, SURFACES, USER_ATTRIBUTES
-from gem.features.attributes import attribute_ids, fetch_attributes
 from gem.features.jagged import ragged_arange, run_starts
 from gem.features.plan import US_PER_DAY, BuildPlan, ShardKey, day_start_us
 from gem.features.staging import read_staged
@@ -80,19 +79,18 @@ def _sort_by_user(h: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def select_examples(plan: BuildPlan, day: str, h: dict[str, np.ndarray]) -> np.ndarray:
     """bool (n,): rows of ``h`` that are examples of ``day`` inside the window."""
-    lo = max(plan.window_start_us, day_start_us(day))
-    hi = min(plan.window_end_us, day_start_us(day) + US_PER_DAY)
-    kind = np.ones(len(h["user_id"]), dtype=bool) if plan.include_organic else h["is_ad"] == 1
-    return kind & (h["event_time"] >= lo) & (h["event_time"] < hi)
+    lo = day_start_us(day)
+    return h["example"] & (h["event_time"] >= lo) & (h["event_time"] < lo + US_PER_DAY)
 
 
 def build_shard(plan: BuildPlan, key: ShardKey) -> dict:
     """Build one shard atomically; returns its stats (also written to stats.json)."""
     vocab = _vocab(plan)
-    days = plan.history_days[: plan.history_days.index(key.day) + 1] if key.day in plan.history_days else []
-    today = read_staged(plan, key.bucket, [key.day]) if days else {}
+    group = plan.group_of(key.day)
+    day_end = day_start_us(key.day) + US_PER_DAY
+    today = read_staged(plan, key.bucket, [group], before_us=day_end) if group >= 0 else {}
     users = np.unique(today["user_id"][select_examples(plan, key.day, today)]) if today else np.zeros(0, np.int64)
-    h = read_staged(plan, key.bucket, days) if len(users) else {}
+    h = read_staged(plan, key.bucket, list(range(group + 1)), before_us=day_end) if len(users) else {}
     if h:
         h = {k: v[np.isin(h["user_id"], users)] for k, v in h.items()}
         h = _sort_by_user(h)
@@ -129,10 +127,9 @@ def _assemble(plan: BuildPlan, key: ShardKey, vocab: Vocabularies, h: dict[str, 
     history = pa.table({"user_id": user[ex][starts_idx], **{c: as_list(h[c][gather]) for c in HISTORY_COLUMNS}})
 
     t_ex = t[ex]
-    attrs = attribute_ids(fetch_attributes(plan.feast_dir, user[ex], h["item_raw"][ex], t_ex), vocab)
     sparse = {"user_id": vocab.ids("user_id", user[ex]), "item_id": h["item"][ex].astype(np.int32)}
-    sparse.update({f"user_{a}": attrs[a] for a in USER_ATTRIBUTES})
-    sparse.update({f"item_{a}": attrs[a] for a in ITEM_ATTRIBUTES})
+    sparse.update({f"user_{a}": h[f"attr_{a}"][ex] for a in USER_ATTRIBUTES})
+    sparse.update({f"item_{a}": h[f"attr_{a}"][ex] for a in ITEM_ATTRIBUTES})
     dense = _dense_features(h, ex, first, end, t_ex)
     examples = pa.table({
         "example_id": h["event_id"][ex],
@@ -205,6 +202,8 @@ def _empty(plan: BuildPlan, key: ShardKey, vocab: Vocabularies):
     h = {c: np.zeros(0, dtype=np.int64) for c in ("user_id", "item_raw", "event_id", "event_time", "conversion_time")}
     h.update({c: np.zeros(0, dtype=np.int8) for c in ("is_ad", "surface", "event_type", "click", "conversion")})
     h["item"] = np.zeros(0, dtype=np.int32)
+    h["example"] = np.zeros(0, dtype=bool)
+    h.update({f"attr_{a}": np.zeros(0, dtype=np.int32) for a in USER_ATTRIBUTES + ITEM_ATTRIBUTES})
     return _assemble(plan, key, vocab, h)
 
 

@@ -1,13 +1,19 @@
 """Staging: the event log re-cut by (user bucket, day), encoded for shard builds.
 
-One pass over the dataset, one UTC day at a time (memory: one day of events). Each
+One pass over the dataset, a group of UTC days at a time (memory: ~1M events). Each
 staged file holds the events of one bucket and day, sorted by (user_id, event_time,
 event_id), with categorical columns already encoded:
 
     user_id int64 (raw), item int32 (dense id), item_raw int64, event_id int64,
     event_time int64 (us), is_ad int8, surface int8 (1 + index in SURFACES, 0 unknown),
     event_type int8 (1 + index in EVENT_TYPES, 0 unknown), click int8, conversion int8,
-    conversion_time int64 (us; NO_CONVERSION when null)
+    conversion_time int64 (us; NO_CONVERSION when null), example bool (an example of
+    the window), and one int32 dense-id column per static attribute (``attr_<name>``,
+    fetched from Feast point-in-time as of the example's time; 0 on non-example rows)
+
+Attributes are fetched here, one Feast retrieval per group of days for the examples
+of every bucket, because each retrieval has a fixed cost (~0.5 s of query compilation)
+that per-shard calls would pay buckets x days times.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gem.data.contract import EVENT_TYPES, EVENTS_DIR, SURFACES, TIMESTAMP, ContractError
+from gem.data.contract import EVENT_TYPES, EVENTS_DIR, ITEM_ATTRIBUTES, SURFACES, TIMESTAMP, USER_ATTRIBUTES, ContractError
+from gem.features.attributes import attribute_ids, fetch_attributes
 from gem.features.jagged import user_bucket
-from gem.features.plan import BuildPlan
+from gem.features.plan import US_PER_DAY, BuildPlan
 from gem.features.storage import write_parquet_atomic
 from gem.features.vocab import Vocabularies
 
@@ -52,11 +59,7 @@ def read_day(data_dir: Path, day: str) -> pa.Table:
     return pa.concat_tables(tables) if tables else None
 
 
-def stage_day(plan: BuildPlan, vocab: Vocabularies, day: str) -> int:
-    """Stage one dataset day into one file per bucket; returns the events staged."""
-    table = read_day(Path(plan.data_dir), day)
-    if table is None:
-        return 0
+def _encode(plan: BuildPlan, vocab: Vocabularies, table: pa.Table) -> dict[str, np.ndarray]:
     event_time = micros(table.column("event_time"))
     keep = event_time < plan.window_end_us  # later events are never anyone's history
     conversion_time = table.column("conversion_time").cast(TIMESTAMP).cast(pa.int64())
@@ -74,19 +77,96 @@ def stage_day(plan: BuildPlan, vocab: Vocabularies, day: str) -> int:
         "conversion_time": pc.fill_null(conversion_time, NO_CONVERSION).to_numpy(zero_copy_only=False),
     }
     columns = {k: v[keep] for k, v in columns.items()}
+    columns["example"] = example_mask(plan, columns)
+    return columns
+
+
+def group_days(data_dir: Path, days: list[str], target_events: int = 1_000_000,
+               min_groups: int = 1) -> list[list[str]]:
+    """Consecutive days in groups of about ``target_events`` (Parquet footers only), and
+    at least ``min_groups`` groups when there are enough days (parallelism)."""
+    sizes = []
+    for day in days:
+        files = (Path(data_dir) / EVENTS_DIR / f"day={day}").glob("*.parquet")
+        sizes.append(sum(pq.ParquetFile(f).metadata.num_rows for f in files if not f.name.startswith((".", "_"))))
+    target = max(1, min(target_events, sum(sizes) // max(1, min_groups)))
+    groups, current, current_size = [], [], 0
+    for day, size in zip(days, sizes):
+        if current and current_size + size > target:
+            groups.append(current)
+            current, current_size = [], 0
+        current.append(day)
+        current_size += size
+    return groups + ([current] if current else [])
+
+
+def stage_group(plan: BuildPlan, vocab: Vocabularies, group: int) -> int:
+    """Stage one group of consecutive dataset days into one file per bucket, with a
+    single Feast retrieval for all their examples; returns the events staged."""
+    days = plan.stage_groups[group]
+    per_day = {}
+    for day in days:
+        table = read_day(Path(plan.data_dir), day)
+        if table is not None:
+            per_day[day] = _encode(plan, vocab, table)
+    examples = [(day, np.flatnonzero(c["example"])) for day, c in per_day.items()]
+    if any(len(ex) for _, ex in examples):
+        frame = fetch_attributes(
+            plan.feast_dir,
+            np.concatenate([per_day[d]["user_id"][ex] for d, ex in examples]),
+            np.concatenate([per_day[d]["item_raw"][ex] for d, ex in examples]),
+            np.concatenate([per_day[d]["event_time"][ex] for d, ex in examples]))
+        ids = attribute_ids(frame, vocab)
+    else:
+        ids = {a: np.zeros(0, dtype=np.int32) for a in USER_ATTRIBUTES + ITEM_ATTRIBUTES}
+    offset = 0
+    for day, ex in examples:
+        columns = per_day[day]
+        for name, values in ids.items():
+            full = np.zeros(len(columns["user_id"]), dtype=np.int32)
+            full[ex] = values[offset:offset + len(ex)]
+            columns[f"attr_{name}"] = full
+        offset += len(ex)
+    columns = {k: np.concatenate([c[k] for c in per_day.values()]) for k in next(iter(per_day.values()))} \
+        if per_day else _encode(plan, vocab, _empty_events())
+    for name in ATTRIBUTE_COLUMNS:
+        columns.setdefault(name, np.zeros(len(columns["user_id"]), dtype=np.int32))
+    _write_buckets(plan, group, columns)
+    return len(columns["user_id"])
+
+
+def _empty_events() -> pa.Table:
+    from gem.data.contract import empty_events
+
+    return empty_events().select(EVENT_COLUMNS)
+
+
+def _write_buckets(plan: BuildPlan, group: int, columns: dict[str, np.ndarray]) -> None:
     bucket = user_bucket(columns["user_id"], plan.num_buckets)
     order = np.lexsort((columns["event_id"], columns["event_time"], columns["user_id"], bucket))
     bucket = bucket[order]
     bounds = np.searchsorted(bucket, np.arange(plan.num_buckets + 1))
     for b in range(plan.num_buckets):
         sel = order[bounds[b]:bounds[b + 1]]
-        write_parquet_atomic(pa.table({k: v[sel] for k, v in columns.items()}), plan.staging_file(b, day))
-    return int(keep.sum())
+        write_parquet_atomic(pa.table({k: v[sel] for k, v in columns.items()}), plan.staging_file(b, group))
 
 
-def read_staged(plan: BuildPlan, bucket: int, days: list[str]) -> dict[str, np.ndarray]:
-    """The staged events of one bucket over ``days`` (in day order) as numpy columns."""
-    tables = [pq.read_table(plan.staging_file(bucket, d)) for d in days if plan.staging_file(bucket, d).is_file()]
+def example_mask(plan: BuildPlan, columns: dict[str, np.ndarray]) -> np.ndarray:
+    """bool (n,): rows that are examples of the window (ad impressions, or every event
+    when organic examples are included)."""
+    t = columns["event_time"]
+    kind = np.ones(len(t), dtype=bool) if plan.include_organic else columns["is_ad"] == 1
+    return kind & (t >= plan.window_start_us) & (t < plan.window_end_us)
+
+
+ATTRIBUTE_COLUMNS = tuple(f"attr_{a}" for a in USER_ATTRIBUTES + ITEM_ATTRIBUTES)
+
+
+def read_staged(plan: BuildPlan, bucket: int, groups: list[int], *, before_us: int) -> dict[str, np.ndarray]:
+    """The staged events of one bucket in ``groups`` (in order) with event_time <
+    ``before_us``, as numpy columns."""
+    tables = [pq.read_table(plan.staging_file(bucket, g), filters=[("event_time", "<", before_us)])
+              for g in groups]
     if not tables:
         return {}
     table = pa.concat_tables(tables)

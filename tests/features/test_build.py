@@ -1,0 +1,178 @@
+"""Build outputs: determinism, atomicity, the shard API, storage, vocabularies, report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from gem.data.contract import MANIFEST
+from gem.features import build as build_module
+from gem.features import storage
+from gem.features.build import build_features, finalize_build, prepare_build
+from gem.features.loader import FeatureLoader, load_feature_spec
+from gem.features.shards import build_shard, list_shards
+from tests.features.conftest import tiny_cfg
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_rebuilding_the_same_window_is_byte_identical(conv_dataset, conv_features, tmp_path):
+    again = tmp_path / "again"
+    build_features(conv_dataset, again, tiny_cfg(max_seq_len=48))
+    first, second = files_of(conv_features), files_of(again)
+    assert sorted(first) == sorted(second)
+    assert len(first) > 10
+    differing = [name for name in first if first[name] != second[name]]
+    assert differing == []
+
+
+def test_shards_built_separately_in_any_order_match_the_one_call_build(conv_dataset, conv_features, tmp_path):
+    cfg = tiny_cfg(max_seq_len=48)
+    plan = prepare_build(conv_dataset, tmp_path / "fanout", cfg)
+    shards = list_shards(plan)
+    assert len(shards) == plan.num_buckets * len(plan.example_days) == 8
+    for key in reversed(shards):  # as a pipeline's parallel tasks might finish
+        build_shard(plan, key)
+    manifest = finalize_build(plan, cfg)
+    assert manifest["digest"] == json.loads((conv_features / MANIFEST).read_text())["digest"]
+    assert not plan.work_dir.exists()
+
+
+def test_an_interrupted_build_leaves_no_shard_and_no_manifest(conv_dataset, tmp_path, monkeypatch):
+    out = tmp_path / "interrupted"
+    build_features(conv_dataset, out, tiny_cfg())
+    original = build_module.build_shard.__globals__["write_parquet"]
+    calls = {"n": 0}
+
+    def failing_write(table, path):
+        calls["n"] += 1
+        if calls["n"] == 4:  # the history file of the second shard
+            raise KeyboardInterrupt("simulated kill")
+        original(table, path)
+
+    monkeypatch.setitem(build_module.build_shard.__globals__, "write_parquet", failing_write)
+    with pytest.raises(KeyboardInterrupt):
+        build_features(conv_dataset, out, tiny_cfg(max_seq_len=16))
+    assert calls["n"] == 4
+    assert not (out / MANIFEST).exists()
+    leftovers = [p.name for p in (out / "shards").iterdir() if p.name.startswith(".")]
+    assert leftovers == [], "a temp shard directory survived the interruption"
+    with pytest.raises(FileNotFoundError, match="not a finished features build"):
+        FeatureLoader(out, batch_size=8)
+    # every visible shard is whole: readable, with its three files
+    for shard in (out / "shards").iterdir():
+        assert sorted(p.name for p in shard.iterdir()) == ["examples.parquet", "history.parquet", "stats.json"]
+        pq.read_table(shard / "history.parquet")
+
+
+def test_atomic_dir_replaces_whole_or_not_at_all(tmp_path):
+    final = tmp_path / "shard"
+    with storage.atomic_dir(final) as tmp:
+        (tmp / "a").write_text("old")
+    with pytest.raises(RuntimeError):
+        with storage.atomic_dir(final) as tmp:
+            (tmp / "a").write_text("new")
+            raise RuntimeError("crash")
+    assert (final / "a").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["shard"]
+
+
+def test_manifest_spec_counts_and_storage(conv_features):
+    manifest = json.loads((conv_features / MANIFEST).read_text())
+    spec = load_feature_spec(conv_features)
+    assert spec.to_dict() == manifest["spec"]
+    assert spec.max_seq_len == 48
+    assert list(spec.sequence) == sorted(["seq_item_id", "seq_event_type", "seq_surface", "seq_is_ad", "seq_action"])
+    counts = manifest["counts"]
+    assert counts["examples"] == sum(s["examples"] for s in manifest["shards"]) > 500
+    # stored once per shard: the history is far smaller than the sum of sequence lengths
+    assert counts["history_events_stored"] < counts["sequence_elements"] / 2
+    assert manifest["bytes"]["per_example"] < manifest["bytes"]["materialized_per_example"]
+    for shard in manifest["shards"]:
+        assert storage.dir_digest(conv_features / "shards" / shard["name"]) == shard["sha256"]
+
+
+def test_ids_are_dense_and_in_range(conv_features):
+    loader = FeatureLoader(conv_features, batch_size=256, shuffle=False)
+    seen_nonzero = set()
+    for batch in loader:
+        for key, jt in list(batch.sparse.to_dict().items()) + list(batch.sequence.to_dict().items()):
+            card = {**loader.spec.sparse, **loader.spec.sequence}[key]
+            values = jt.values()
+            assert int(values.min()) >= 0 and int(values.max()) < card, key
+            if int(values.max()) > 0:
+                seen_nonzero.add(key)
+    assert seen_nonzero == set(loader.spec.sparse) | set(loader.spec.sequence)
+
+
+def test_min_count_and_reused_vocabulary_report_unknown_ids(conv_dataset, conv_features, tmp_path):
+    early = tmp_path / "early"
+    build_features(conv_dataset, early, tiny_cfg(min_count=3), window_start="2026-01-01", window_end="2026-01-03")
+    report = json.loads((early / "report.json").read_text())
+    assert 0 < report["unknown_share"]["item_id"] < 0.5
+    assert report["sequence_item_unknown_share"] > 0
+    late = tmp_path / "late"
+    build_features(conv_dataset, late, tiny_cfg(vocab_from=str(early)), window_start="2026-01-03",
+                   window_end="2026-01-05", previous_report=early)
+    assert load_feature_spec(late).sparse == load_feature_spec(early).sparse  # same ids as the model's tables
+    late_report = json.loads((late / "report.json").read_text())
+    assert late_report["unknown_share"]["item_id"] > 0
+    drift = late_report["drift"]
+    assert drift["previous_window"] == report["window"]
+    assert drift["psi_sequence_length"] > 0  # later days have longer histories
+    assert set(drift["by_surface"]) == {"feed", "video", "stories", "messaging"}
+
+
+def test_report_contents(conv_features):
+    report = json.loads((conv_features / "report.json").read_text())
+    assert report["examples"] == sum(report["sequence_length"]["hist"])
+    assert 0 < report["truncation_rate"] < 1
+    assert sum(r["examples"] for r in report["label_rates"].values()) == report["examples"]
+    assert all(0 < r["click_rate"] < 1 for r in report["label_rates"].values())
+    assert report["drift"] is None
+
+
+def test_report_is_logged_to_an_active_mlflow_run(conv_dataset, conv_features, tmp_path, monkeypatch):
+    import mlflow
+
+    from gem.features.report import log_to_mlflow, read_report
+
+    monkeypatch.chdir(tmp_path)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    try:
+        experiment = mlflow.create_experiment("features-test", artifact_location=str(tmp_path / "artifacts"))
+        with mlflow.start_run(experiment_id=experiment) as run:
+            assert log_to_mlflow(read_report(conv_features))
+        logged = mlflow.get_run(run.info.run_id)
+        assert logged.data.metrics["features.truncation_rate"] == pytest.approx(
+            read_report(conv_features)["truncation_rate"])
+        assert "features.click_rate.feed" in logged.data.metrics
+        artifacts = [a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "features")]
+        assert artifacts == ["features/report.json"]
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert not log_to_mlflow(read_report(conv_features))  # no active run: nothing logged
+
+
+def test_cli_build(conv_dataset, tmp_path, capsys):
+    from gem.cli import main
+
+    out = tmp_path / "cli"
+    rc = main(["features", "build", str(conv_dataset), str(out), "--preset", "tiny", "--set", "max_seq_len=8",
+               "--start", "2026-01-04T00:00:00Z"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["window"]["start"].startswith("2026-01-04")
+    assert load_feature_spec(out).max_seq_len == 8
+    assert summary["counts"]["examples"] == FeatureLoader(out, batch_size=64).num_examples > 0
+
+
+def test_bad_window_is_rejected(conv_dataset, tmp_path):
+    with pytest.raises(ValueError, match="must be before"):
+        prepare_build(conv_dataset, tmp_path / "x", tiny_cfg(), window_start="2026-01-03", window_end="2026-01-02")
