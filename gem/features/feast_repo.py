@@ -101,10 +101,28 @@ def apply(repo_dir: str | Path, definitions_repo: str | Path | None = None) -> F
     return store
 
 
-def materialize(repo_dir: str | Path, end: dt.datetime, start: dt.datetime | None = None) -> FeatureStore:
+def materializable_views(store: FeatureStore, repo_dir: Path) -> list[str]:
+    """Online feature views whose offline source file exists (other stages' views, e.g.
+    teacher knowledge, appear once their stage has written its files)."""
+    names = []
+    for view in store.list_feature_views():
+        source = view.batch_source
+        if view.online and isinstance(source, FileSource):
+            path = Path(source.path)
+            if (path if path.is_absolute() else Path(repo_dir) / path).exists():
+                names.append(view.name)
+    return sorted(names)
+
+
+def materialize(repo_dir: str | Path, end: dt.datetime, start: dt.datetime | None = None,
+                feature_views: list[str] | None = None) -> FeatureStore:
     """Load the latest row per entity with event_timestamp in [start, end] into the online
-    store (start defaults to the Unix epoch: everything up to ``end``)."""
+    store (start defaults to the Unix epoch: everything up to ``end``); by default every
+    materializable view."""
     store = open_store(repo_dir)
     start = start or dt.datetime(1970, 1, 2, tzinfo=dt.timezone.utc)
-    store.materialize(start_date=start, end_date=end)
+    views = feature_views if feature_views is not None else materializable_views(store, Path(repo_dir))
+    if not views:
+        raise ValueError(f"{repo_dir}: no feature view has its source file yet; export the sources first")
+    store.materialize(start_date=start, end_date=end, feature_views=views)
     return store

@@ -1,0 +1,102 @@
+"""FeatureLoader: the Batch contract, determinism, workers, resume from a state_dict."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gem.data.batch import Batch
+from gem.features.loader import FeatureLoader
+
+
+def example_ids(loader) -> list[np.ndarray]:
+    return [b.example_id.numpy().copy() for b in loader]
+
+
+def test_batches_honour_the_contract(conv_features):
+    loader = FeatureLoader(conv_features, batch_size=64, seed=1)
+    spec = loader.spec
+    batch = next(iter(loader))
+    assert isinstance(batch, Batch) and batch.batch_size == 64
+    assert batch.sparse.keys() == list(spec.sparse)
+    assert batch.sequence.keys() == list(spec.sequence)
+    assert torch.equal(batch.sparse.lengths(), torch.ones(64 * len(spec.sparse), dtype=torch.long))
+    lengths = batch.sequence.lengths().view(len(spec.sequence), 64)
+    assert (lengths == lengths[0]).all() and int(lengths.max()) <= spec.max_seq_len
+    total = int(lengths[0].sum())
+    assert total > 0 and batch.sequence_age.shape == (total,) and batch.sequence_age.dtype == torch.float32
+    assert (batch.sequence_age > 0).all()
+    assert batch.dense.shape == (64, len(spec.dense)) and batch.dense.dtype == torch.float32
+    assert batch.labels.shape == (64, 2) and set(batch.labels.unique().tolist()) <= {0.0, 1.0}
+    assert batch.surface.dtype == torch.long and int(batch.surface.max()) < len(spec.surfaces)
+    assert torch.equal(batch.sequence_offsets()[1:] - batch.sequence_offsets()[:-1], lengths[0])
+
+
+def test_every_example_once_per_epoch_and_order_is_seeded(conv_features):
+    a = FeatureLoader(conv_features, batch_size=100, seed=7)
+    b = FeatureLoader(conv_features, batch_size=100, seed=7)
+    c = FeatureLoader(conv_features, batch_size=100, seed=8)
+    ids_a, ids_b, ids_c = example_ids(a), example_ids(b), example_ids(c)
+    flat = np.concatenate(ids_a)
+    assert len(flat) == a.num_examples == len(np.unique(flat))
+    assert all(len(x) == 100 for x in ids_a[:-1]) and 0 < len(ids_a[-1]) <= 100
+    assert len(ids_a) == len(a)
+    assert all(np.array_equal(x, y) for x, y in zip(ids_a, ids_b))
+    assert not np.array_equal(flat, np.concatenate(ids_c))
+    a.set_epoch(1)
+    epoch1 = np.concatenate(example_ids(a))
+    assert not np.array_equal(flat, epoch1) and np.array_equal(np.sort(flat), np.sort(epoch1))
+
+
+def test_unshuffled_order_follows_shards_and_drop_last(conv_features):
+    loader = FeatureLoader(conv_features, batch_size=128, shuffle=False, drop_last=True)
+    batches = example_ids(loader)
+    assert all(len(x) == 128 for x in batches)
+    assert len(batches) == loader.num_examples // 128
+    subset = FeatureLoader(conv_features, batch_size=128, shards=loader.shard_names[:2])
+    assert subset.num_examples == sum(s["examples"] for s in loader.manifest["shards"][:2])
+    with pytest.raises(ValueError, match="unknown shard"):
+        FeatureLoader(conv_features, batch_size=8, shards=["b999-2026-01-01"])
+
+
+def test_workers_are_deterministic_and_cover_everything(conv_features):
+    one = example_ids(FeatureLoader(conv_features, batch_size=50, seed=3, num_workers=1))
+    zero = example_ids(FeatureLoader(conv_features, batch_size=50, seed=3, num_workers=0))
+    assert all(np.array_equal(x, y) for x, y in zip(one, zero)) and len(one) == len(zero)
+    two_a = example_ids(FeatureLoader(conv_features, batch_size=50, seed=3, num_workers=2))
+    two_b = example_ids(FeatureLoader(conv_features, batch_size=50, seed=3, num_workers=2))
+    assert len(two_a) == len(two_b) and all(np.array_equal(x, y) for x, y in zip(two_a, two_b))
+    assert np.array_equal(np.sort(np.concatenate(two_a)), np.sort(np.concatenate(one)))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_from_state_yields_exactly_the_remaining_batches(conv_features, num_workers):
+    def make():
+        return FeatureLoader(conv_features, batch_size=40, seed=5, num_workers=num_workers)
+
+    reference = make()
+    reference.set_epoch(2)
+    full = example_ids(reference)
+    assert len(full) > 10
+    first = make()
+    first.set_epoch(2)
+    consumed = []
+    for batch in first:
+        consumed.append(batch.example_id.numpy().copy())
+        if len(consumed) == 7:
+            break
+    state = first.state_dict()
+    assert state["epoch"] == 2 and state["position"] == 7
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = example_ids(resumed)
+    assert len(consumed) + len(rest) == len(full)
+    assert all(np.array_equal(x, y) for x, y in zip(consumed + rest, full))
+    assert resumed.state_dict()["position"] == 0  # a finished epoch restarts at its beginning
+
+
+def test_state_from_other_settings_is_refused(conv_features):
+    state = FeatureLoader(conv_features, batch_size=40, seed=5).state_dict()
+    with pytest.raises(ValueError, match="batch_size"):
+        FeatureLoader(conv_features, batch_size=41, seed=5).load_state_dict(state)
