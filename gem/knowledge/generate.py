@@ -117,14 +117,15 @@ def knowledge_tables(out: dict[str, np.ndarray], keys: pd.DataFrame, tags: dict[
 
 def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, out_dir: str | Path,
                        cfg: KnowledgeConfig | None = None, *, start: str | None = None, end: str | None = None,
-                       tracking_uri: str | None = None) -> dict:
-    """Run the teacher over the window ``features_dir`` [start, end) and write its
-    knowledge to ``out_dir`` (see module docstring); returns the manifest."""
+                       shards: list[str] | None = None, tracking_uri: str | None = None) -> dict:
+    """Run the teacher over the window ``features_dir`` [start, end) (or exactly the
+    named ``shards``) and write its knowledge to ``out_dir`` (see module docstring);
+    returns the manifest."""
     cfg = (cfg or KnowledgeConfig()).validate()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     teacher = model if isinstance(model, Teacher) else load_teacher(model, tracking_uri)
-    shards = select_shards(features_dir, start, end)
+    shards = select_shards(features_dir, start, end) if shards is None else list(shards)
     if not shards:
         raise ValueError(f"{features_dir}: no shard has a day in [{start}, {end})")
     loader = FeatureLoader(features_dir, batch_size=cfg.batch_size, shuffle=False, shards=shards)

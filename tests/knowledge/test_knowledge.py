@@ -1,0 +1,114 @@
+"""Knowledge generation: schema, tagging, faithfulness to the teacher, Feast point-in-time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from gem.data.contract import SURFACES, TASKS
+from gem.features.loader import FeatureLoader
+from gem.knowledge.generate import (
+    ITEM_EMBEDDING, MANIFEST, OWN_COLUMNS, PREDICTIONS, SURFACE_COLUMNS, USER_EMBEDDING, generate_knowledge,
+)
+from gem.knowledge.teacher import load_teacher, teacher_outputs
+from gem.knowledge.windows import example_keys
+from students.testing import TEACHER_NAME, WINDOWS
+
+
+def test_schema_counts_and_tags(world):
+    manifest = json.loads((world.knowledge["student"] / MANIFEST).read_text())
+    predictions = pq.read_table(world.knowledge["student"] / PREDICTIONS).to_pandas()
+    n = FeatureLoader(world.features["student"], batch_size=64, shuffle=False).num_examples
+    assert manifest["counts"]["examples"] == len(predictions) == n > 0
+    assert manifest["teacher_version"] == f"models:/{TEACHER_NAME}/1"
+    expected = ["example_id", "user_id", "item_id", "surface", "event_timestamp", *OWN_COLUMNS,
+                *SURFACE_COLUMNS, "teacher_version", "window_start", "window_end"]
+    assert list(predictions.columns) == expected
+    assert set(predictions["teacher_version"]) == {f"models:/{TEACHER_NAME}/1"}
+    lo, hi = WINDOWS["student"]
+    assert predictions["window_start"].iloc[0].startswith(lo) and predictions["window_end"].iloc[0].startswith(hi)
+    assert predictions["example_id"].is_unique
+    ts = predictions["event_timestamp"]
+    assert ts.min() >= pd.Timestamp(lo, tz="UTC") and ts.max() < pd.Timestamp(hi, tz="UTC")
+    assert np.isfinite(predictions[list(OWN_COLUMNS + SURFACE_COLUMNS)].to_numpy()).all()
+    # the own-surface logits are the all-surface logits at the impression's surface
+    for task in TASKS:
+        own_surface = predictions.apply(lambda r: r[f"teacher_logit_{r['surface']}_{task}"], axis=1)
+        np.testing.assert_allclose(predictions[f"teacher_logit_{task}"], own_surface, rtol=1e-6)
+    for name, key, column in ((USER_EMBEDDING, "user_id", "teacher_user_embedding"),
+                              (ITEM_EMBEDDING, "item_id", "teacher_item_embedding")):
+        table = pq.read_table(world.knowledge["student"] / name).to_pandas()
+        assert {key, "event_timestamp", column, "teacher_version", "window_start", "window_end"} <= set(table.columns)
+        assert {len(v) for v in table[column]} == {manifest["embedding_dim"]}
+    keys = example_keys(world.features["student"])
+    assert set(keys["user_id"]) == set(predictions["user_id"])  # raw contract ids, as Feast's entities
+
+
+def test_knowledge_equals_a_fresh_teacher_forward(world):
+    teacher = load_teacher(world.teacher_uri, world.tracking_uri)
+    predictions = pq.read_table(world.knowledge["student"] / PREDICTIONS).to_pandas().set_index("example_id")
+    batch = next(iter(FeatureLoader(world.features["student"], batch_size=32, shuffle=True, seed=3)))
+    with torch.no_grad():
+        own, every, _, _ = teacher_outputs(teacher.model, batch)
+    rows = predictions.loc[batch.example_id.numpy()]
+    np.testing.assert_allclose(rows[list(OWN_COLUMNS)].to_numpy(), own.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(rows[list(SURFACE_COLUMNS)].to_numpy(), every.reshape(32, -1).numpy(),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_point_in_time_retrieval_through_feast(world):
+    from gem.knowledge.feast import historical_knowledge
+
+    predictions = pq.read_table(world.knowledge["eval"] / PREDICTIONS).to_pandas()
+    users = pq.read_table(world.knowledge["eval"] / USER_EMBEDDING).to_pandas()
+    users = pd.concat([pq.read_table(world.knowledge["student"] / USER_EMBEDDING).to_pandas(), users])
+    keys = example_keys(world.features["eval"]).sample(60, random_state=0).reset_index(drop=True)
+    got = historical_knowledge(world.repo, keys)
+    assert list(got["example_id"]) == list(keys["example_id"])  # same order as asked
+    expected = predictions.set_index("example_id").loc[keys["example_id"]]
+    np.testing.assert_allclose(got["teacher_logit_click"].to_numpy(), expected["teacher_logit_click"], rtol=1e-6)
+    assert set(got["teacher_version"]) == {f"models:/{TEACHER_NAME}/1"}
+    for _, row in got.iterrows():  # the user embedding is the latest one strictly before the impression
+        key = keys.loc[keys["example_id"] == row["example_id"]].iloc[0]
+        earlier = users[(users["user_id"] == key["user_id"]) & (users["event_timestamp"] < key["event_timestamp"])]
+        if earlier.empty:
+            assert not np.any(row["teacher_user_embedding"])
+        else:
+            latest = earlier.sort_values("event_timestamp").iloc[-1]["teacher_user_embedding"]
+            np.testing.assert_allclose(row["teacher_user_embedding"], latest, rtol=1e-6)
+    # before any knowledge exists, nothing leaks back from the future
+    early = keys.head(5).assign(event_timestamp=pd.Timestamp("2025-12-01", tz="UTC"))
+    none = historical_knowledge(world.repo, early)
+    assert none["teacher_logit_click"].isna().all()
+    assert not np.any(np.stack(none["teacher_user_embedding"].to_list()))
+
+
+def test_generate_cli_with_local_teacher_replaces_output(world, tmp_path):
+    from gem.cli import main
+
+    out = tmp_path / "k"
+    out.mkdir()
+    (out / "stale.txt").write_text("from an earlier run")
+    assert main(["knowledge", "generate", "--model", str(world.teacher_dir), "--data", str(world.features["eval"]),
+                 "--out", str(out), "--preset", "tiny"]) == 0
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["teacher_version"].startswith("local:") and manifest["counts"]["examples"] > 0
+    assert not (out / "stale.txt").exists()  # replaced as a whole (atomic rename)
+    assert not list(tmp_path.glob(".k.*"))  # no temp folders left behind
+
+
+def test_teacher_spec_mismatch_is_refused(world, tmp_path):
+    teacher = load_teacher(world.teacher_dir)
+    teacher.model.spec.sparse = {**teacher.model.spec.sparse, "item_id": 3}
+    try:
+        with pytest.raises(ValueError, match="another feature spec"):
+            generate_knowledge(teacher, world.features["eval"], tmp_path / "bad")
+    finally:
+        teacher.model.spec.sparse = load_teacher(world.teacher_dir).spec.sparse
+    assert not (tmp_path / "bad").exists()

@@ -1,0 +1,204 @@
+"""Students: size, transfer methods, adapter window, KD-0 equivalence, registry, serving."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from gem.config import from_dict
+from gem.knowledge.teacher import load_teacher
+from gem.model import forward_flops_per_example
+from students.config import DistillConfig, StudentModelConfig
+from students.data import attach_knowledge, load_table
+from students.distill import build_student, distill
+from students.model import student_flops_per_example
+from students.testing import TEACHER_NAME
+
+STUDENT = {"embedding_dim": 8, "history_len": 4, "mlp_hidden": [16, 8]}
+METHODS = {
+    "kd": {"kd": {"weight": 0.5, "temperature": 2.0}},
+    "adapter": {"adapter": {"weight": 0.5}},
+    "representation": {"representation": {"enabled": True}},
+    "sharing": {"sharing": "finetune"},
+    "hierarchical": {"hierarchical": {"weight": 0.5, "epochs": 1}},
+}
+
+
+@pytest.fixture(scope="module")
+def tables(world):
+    cfg = from_dict(StudentModelConfig, STUDENT)
+    train, spec = load_table(world.features["student"], cfg)
+    evaluation, _ = load_table(world.features["eval"], cfg)
+    return attach_knowledge(train, world.repo), attach_knowledge(evaluation, world.repo), spec
+
+
+@pytest.fixture(scope="module")
+def teacher(world):
+    return load_teacher(world.teacher_uri, world.tracking_uri)
+
+
+def _cfg(transfer: dict | None = None, **extra) -> DistillConfig:
+    raw = {"student": STUDENT, "optim": {"epochs": 2, "batch_size": 64}, "surfaces": ["feed", "video"],
+           "transfer": copy.deepcopy(transfer or {}), **extra}
+    return from_dict(DistillConfig, raw)
+
+
+def _eval_probs(out, table, surface="feed"):
+    from students.train import predict
+
+    return predict(out.students[surface].model, table.subset(table.surface == 0))
+
+
+def test_student_flops_at_most_5_percent_of_teacher(tables, teacher):
+    train, _, spec = tables
+    teacher_flops = forward_flops_per_example(teacher.model, mean_len=float(spec.max_seq_len) / 2)
+    every = {"kd": {"weight": 0.2}, "adapter": {"weight": 0.2}, "representation": {"enabled": True},
+             "sharing": "frozen", "hierarchical": {"weight": 0.2, "epochs": 1}}
+    for transfer in ({}, every):
+        out = distill(train, None, spec, _cfg(transfer, surfaces=["feed"]), teacher_model=teacher.model)
+        ratio = out.students["feed"].flops_per_example / teacher_flops
+        assert 0 < ratio <= 0.05, f"student/teacher FLOPs {ratio:.4f} for transfer={transfer}"
+
+
+def test_kd_with_weight_zero_is_the_no_teacher_student(tables, teacher):
+    train, evaluation, spec = tables
+    base = distill(train, evaluation, spec, _cfg())
+    zero = distill(train, evaluation, spec, _cfg({"kd": {"weight": 0.0, "temperature": 3.0}}))
+    for surface in base.students:
+        a, b = base.students[surface].model.state_dict(), zero.students[surface].model.state_dict()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert base.students[surface].metrics == zero.students[surface].metrics
+    assert base.students["feed"].metrics["auc/click"] > 0  # it was evaluated
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_each_method_trains_and_changes_the_student(tables, teacher, method):
+    train, evaluation, spec = tables
+    base = distill(train, evaluation, spec, _cfg())
+    out = distill(train, evaluation, spec, _cfg(METHODS[method]), teacher_model=teacher.model)
+    res = out.students["feed"]
+    assert res.methods == [method]
+    assert all(np.isfinite(res.train_loss)) and res.train_loss[-1] < res.train_loss[0] * 1.5
+    assert {"auc/click", "ne/click", "calibration/click"} <= set(res.metrics)
+    assert not torch.allclose(_eval_probs(out, evaluation), _eval_probs(base, evaluation))
+    assert res.teacher_version == f"models:/{TEACHER_NAME}/1"
+    if method == "sharing":
+        assert "item_id" in res.shared_tables
+    if method == "hierarchical":
+        assert set(out.domain_models) == {"all"}
+
+
+def test_methods_combine(tables, teacher):
+    train, evaluation, spec = tables
+    combined = {"kd": {"weight": 0.2}, "adapter": {"weight": 0.3}, "representation": {"enabled": True},
+                "sharing": "frozen", "hierarchical": {"weight": 0.2, "epochs": 1}}
+    out = distill(train, evaluation, spec, _cfg(combined), teacher_model=teacher.model)
+    res = out.students["feed"]
+    assert res.methods == ["kd", "adapter", "representation", "sharing", "hierarchical"]
+    bags = teacher.model.inputs.sparse.ebc.embedding_bags
+    for key in res.shared_tables:  # frozen: still GEM's rows after training
+        assert torch.equal(res.model.tables[key].weight, bags[f"t_{key}"].weight)
+
+
+def test_adapter_is_fit_on_the_newest_window_only(tables):
+    from students.adapter import newest
+    from students.distill import fit_adapter
+
+    train, _, _ = tables
+    cfg = _cfg({"adapter": {"weight": 0.5, "newest_periods": 1}}, period_days=0.25)  # newest = last 6 hours
+    window_end = (int(train.event_time_us.max()) // (86_400 * 10**6) + 1) * 86_400 * 10**6
+    newest_start = window_end - 6 * 3600 * 10**6
+    adapter = fit_adapter(train, cfg, STUDENT.get("dense_features", StudentModelConfig().dense_features))
+    assert adapter.fit_window["start_us"] >= newest_start
+    assert adapter.fit_window["examples"] == len(newest(train, 1, 0.25)) < len(train)
+    old = train.event_time_us < newest_start
+    flipped = copy.copy(train)
+    flipped.labels = train.labels.clone()
+    flipped.labels[old] = 1 - flipped.labels[old]  # older labels must not matter
+    again = fit_adapter(flipped, cfg, StudentModelConfig().dense_features)
+    assert torch.allclose(adapter(train), again(train), equal_nan=True)
+    flipped.labels[~old] = 1 - flipped.labels[~old]  # the newest ones do
+    changed = fit_adapter(flipped, cfg, StudentModelConfig().dense_features)
+    assert not torch.allclose(adapter(train), changed(train), equal_nan=True)
+
+
+def test_registry_links_student_to_teacher_version(tables, world):
+    import mlflow
+
+    from students.registry import log_student, teacher_of
+
+    train, evaluation, spec = tables
+    out = distill(train, evaluation, spec, _cfg({"kd": {"weight": 0.5}}, surfaces=["feed"]))
+    mlflow.set_tracking_uri(world.tracking_uri)
+    mlflow.set_experiment("transfer-tests")
+    with mlflow.start_run(run_name="student-feed") as run:
+        version = log_student(out.students["feed"], "student-test-feed", train.teacher_version)
+    assert teacher_of("student-test-feed", version, world.tracking_uri) == f"models:/{TEACHER_NAME}/1"
+    client = mlflow.MlflowClient(world.tracking_uri)
+    assert client.get_run(run.info.run_id).data.tags["teacher_version"] == f"models:/{TEACHER_NAME}/1"
+    teacher_mv = client.get_model_version(TEACHER_NAME, "1")
+    assert teacher_mv.run_id  # the tag resolves to a real registered teacher
+    loaded = mlflow.pytorch.load_model(f"models:/student-test-feed/{version}")
+    x = evaluation.subset(evaluation.surface == 0).inputs()
+    assert torch.allclose(loaded(x).logits, out.students["feed"].model(x).logits)
+
+
+def test_serving_scores_a_request_from_the_feast_online_store(tables, world):
+    from gem.data.contract import parse_utc
+    from gem.features.feast_repo import materialize
+    from students.serving import Scorer, measure
+
+    train, evaluation, spec = tables
+    out = distill(train, evaluation, spec, _cfg({"representation": {"enabled": True}}, surfaces=["feed"]))
+    model = out.students["feed"].model
+    end = parse_utc("2026-01-05")
+    materialize(world.repo, end)
+    scorer = Scorer(model, world.repo, world.features["teacher"], surface="feed")
+    user = int(evaluation.user_raw[0])
+    items = sorted({int(i) for i in train.item_raw.tolist() if i >= 0})[:20]
+    probs = scorer.score(user, items, end)
+    assert probs.shape == (20, 2) and bool(((probs > 0) & (probs < 1)).all())
+    x = scorer.inputs(user, items, end)
+    assert x.teacher_emb is not None and bool(x.teacher_emb[:, :8].abs().sum() > 0)  # user embedding served
+    timing = measure(scorer, [user], items, requests=5, candidates=20, now=end, warmup=1)
+    assert timing["end_to_end"]["p99_ms"] >= timing["score_only"]["p99_ms"] > 0
+
+
+def test_summary_lifts_and_transfer_ratio():
+    from students.experiment import summarise, transfer_ratio
+
+    rows = []
+    for seed, shift in ((0, 0.0), (1, 0.02)):
+        for surface in ("feed", "video"):
+            rows += [
+                {"dataset": "d", "method": "no_teacher", "seed": seed, "surface": surface,
+                 "metrics": {"auc/click": 0.60 + shift, "ne/click": 0.90}},
+                {"dataset": "d", "method": "kd", "seed": seed, "surface": surface,
+                 "metrics": {"auc/click": 0.61 + shift, "ne/click": 0.89}},
+                {"dataset": "d", "method": "adapter", "seed": seed, "surface": surface,
+                 "metrics": {"auc/click": 0.63 + shift + (0.02 if seed else 0.0), "ne/click": 0.85}},
+            ]
+    summary = summarise(rows)
+    assert summary["d"]["kd"]["auc_lift_click"]["mean"] == pytest.approx(0.01)
+    assert summary["d"]["adapter"]["auc_lift_click"]["mean"] == pytest.approx(0.04)
+    assert summary["d"]["adapter"]["auc_lift_click"]["std"] == pytest.approx(0.01)
+    assert summary["d"]["adapter"]["ne_lift_click"]["mean"] == pytest.approx(0.05)
+    assert summary["d"]["no_teacher"]["auc_lift_click"]["mean"] == 0.0
+    assert transfer_ratio(summary, "d") == pytest.approx(4.0)
+
+
+def test_distill_cli_registers_students(world, tmp_path):
+    import mlflow
+
+    from gem.cli import main
+
+    out = tmp_path / "run"
+    assert main(["distill", "run", "--train", str(world.features["student"]), "--eval", str(world.features["eval"]),
+                 "--repo", str(world.repo), "--out", str(out), "--set", "transfer.kd.weight=0.5",
+                 "--set", "surfaces=[feed]", "--set", "optim.epochs=1"]) == 0
+    client = mlflow.MlflowClient(f"sqlite:///{(out / 'mlflow.db').resolve()}")
+    mv = client.get_model_version("student-feed", "1")
+    assert mv.tags["teacher_version"] == f"models:/{TEACHER_NAME}/1" and mv.tags["methods"] == "kd"
