@@ -102,5 +102,7 @@ def train_lightning(features: str, out: str | Path, cfg: TrainConfig, model_cfg:
     if eval_features:
         val = torch.utils.data.DataLoader(_Iterable(make_loader(eval_features, cfg, train=False)), batch_size=None)
     trainer.fit(module, batches, val)
+    if val is not None and not hasattr(module, "last_eval"):  # max_steps stopped before an epoch end
+        trainer.validate(module, val, verbose=False)
     metrics = {f"eval/{k}": v for k, v in getattr(module, "last_eval", {}).items()}
     return RunResult(out, trainer.global_step, metrics, {}, {}, logger.run_id)

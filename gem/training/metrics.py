@@ -17,8 +17,8 @@ EPS = 1e-7
 
 
 class LogLossSums(Metric):
-    """Per (group, task) sums of log loss, predictions, labels, counts and a
-    per-task calibration histogram (bins over predicted probability)."""
+    """Per (group, task) sums of log loss, predictions, labels, counts, where the last
+    group is "all"; and a per-task calibration histogram over predicted probability."""
 
     full_state_update = False
 
@@ -36,6 +36,7 @@ class LogLossSums(Metric):
         loss = -(y * p.log() + (1 - y) * (1 - p).log())
         for name, value in (("loss", loss), ("pred", p), ("label", y), ("count", torch.ones_like(p))):
             getattr(self, name).index_add_(0, group, value)
+            getattr(self, name)[-1] += value.sum(dim=0)
         bin_idx = (p * self.bins).long().clamp(max=self.bins - 1)
         for t in range(p.shape[1]):
             self.bin_pred[t].index_add_(0, bin_idx[:, t], p[:, t])
@@ -59,8 +60,7 @@ class SurfaceTaskMetrics:
 
     def update(self, probs: torch.Tensor, labels: torch.Tensor, surface: torch.Tensor) -> None:
         probs, labels = probs.detach().float(), labels.detach().float()
-        overall = torch.full_like(surface, len(self.surfaces))
-        self.sums.update(torch.cat([probs, probs]), torch.cat([labels, labels]), torch.cat([surface, overall]))
+        self.sums.update(probs, labels, surface)
         for g in range(len(self.surfaces)):
             mask = surface == g
             for t in range(len(self.tasks)):

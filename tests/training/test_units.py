@@ -1,0 +1,108 @@
+import math
+
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from gem.config import ConfigError
+from gem.data.batch import synthetic_batch
+from gem.training.config import load_train_config
+from gem.training.data import SyntheticLoader, default_synthetic_spec, rank_slice
+from gem.training.efficiency import EfficiencyMeter, measure_peak_flops
+from gem.training.metrics import SurfaceTaskMetrics
+
+
+def test_metrics_match_definitions():
+    gen = torch.Generator().manual_seed(0)
+    n = 400
+    probs = torch.rand(n, 2, generator=gen) * 0.6
+    labels = (torch.rand(n, 2, generator=gen) < probs).float()
+    surface = torch.randint(0, 4, (n,), generator=gen)
+    metrics = SurfaceTaskMetrics(["feed", "video", "stories", "messaging"], ["click", "conversion"])
+    metrics.update(probs[:150], labels[:150], surface[:150])
+    metrics.update(probs[150:], labels[150:], surface[150:])
+    out = metrics.compute()
+    mask = surface == 1
+    p, y = probs[mask, 0].double(), labels[mask, 0].double()
+    assert out["auc/video/click"] == pytest.approx(roc_auc_score(y, p), abs=1e-6)
+    rate = float(y.mean())
+    logloss = float(-(y * p.log() + (1 - y) * (1 - p).log()).mean())
+    entropy = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
+    assert out["ne/video/click"] == pytest.approx(logloss / entropy, rel=1e-6)
+    assert out["calibration/video/click"] == pytest.approx(float(p.mean()) / rate, rel=1e-6)
+    assert out["count/all/conversion"] == n
+    curves = metrics.calibration_curve()
+    assert sum(curves["click"][2]) == n
+
+
+def test_rank_slices_partition_the_global_batch():
+    batch = synthetic_batch(default_synthetic_spec(), 10, mean_len=5.0)
+    parts = [rank_slice(batch, r, 3) for r in range(3)]
+    assert [p.batch_size for p in parts] == [3, 3, 4]
+    assert torch.equal(torch.cat([p.sequence_age for p in parts]), batch.sequence_age)
+    assert torch.equal(torch.cat([p.sequence.values() for p in parts]).sort().values,
+                       batch.sequence.values().sort().values)
+    assert torch.equal(torch.cat([p.labels for p in parts]), batch.labels)
+
+
+def test_synthetic_loader_state_resumes_mid_epoch():
+    spec = default_synthetic_spec()
+    loader = SyntheticLoader(spec, 256, batch_size=32, seed=3)
+    it = iter(loader)
+    [next(it) for _ in range(3)]
+    state = loader.state_dict()
+    expected = next(it)
+    other = SyntheticLoader(spec, 256, batch_size=32, seed=3)
+    other.load_state_dict(state)
+    assert torch.equal(next(iter(other)).example_id, expected.example_id)
+
+
+def test_efficiency_meter_and_peak():
+    peak = measure_peak_flops("cpu", torch.float32, size=256, repeats=1, use_cache=False)
+    assert peak > 1e8
+    meter = EfficiencyMeter(train_flops_per_example=1e6, peak_flops=1e10, launch_time=None)
+    meter.step_begin()
+    sum(range(10000))
+    meter.step_end(100)
+    figures = meter.summary()
+    expected_mfu = figures["perf/examples_per_s"] * 1e6 / 1e10
+    assert figures["perf/mfu"] == pytest.approx(expected_mfu)
+    assert figures["perf/startup_seconds"] > 0 and 0 < figures["perf/effective_training_time"] <= 1
+
+
+def test_train_config_overrides_route_to_model():
+    cfg, model_cfg = load_train_config("tiny", ["batch_size=32", "model.num_layers=3", "optim.dense_lr=0.01"])
+    assert cfg.batch_size == 32 and model_cfg.num_layers == 3 and cfg.optim.dense_lr == 0.01
+    with pytest.raises(ValueError, match="precision='fp16' must be one of"):
+        load_train_config("tiny", ["precision=fp16"])
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_train_config("tiny", ["model.no_such_knob=1"])
+
+
+def test_lightning_engine_trains_with_the_shared_step(tmp_path):
+    from gem.training.lightning_module import train_lightning
+
+    cfg, model_cfg = load_train_config("tiny", ["engine=lightning", "max_steps=3", "precision=bf16"])
+    result = train_lightning("synthetic://256", tmp_path, cfg, model_cfg, eval_features="synthetic://128")
+    assert result.steps == 3
+    assert 0.0 <= result.eval_metrics["eval/auc/all/click"] <= 1.0
+
+
+def test_bf16_compile_and_checkpointing_step_runs():
+    from gem.model import build_model
+    from gem.training.distributed import attach_embedding_optimizer
+    from gem.training.parallelize import apply_activation_checkpointing, apply_compile
+    from gem.training.step import build_dense_optimizer, train_step
+
+    cfg, model_cfg = load_train_config("tiny")
+    spec = default_synthetic_spec()
+    model = build_model(model_cfg, spec)
+    assert apply_activation_checkpointing(model) == model_cfg.num_layers
+    assert apply_compile(model) > 0
+    attach_embedding_optimizer(model, 0.05)
+    opt, _ = build_dense_optimizer(model, 1e-3, 0.0, [0.9, 0.999])
+    loader = SyntheticLoader(spec, 128, batch_size=64)
+    before = model.heads.trunk[0].weight.detach().clone()
+    losses = [float(train_step(model, b, opt, precision="bf16").loss) for b in loader]
+    assert all(math.isfinite(x) for x in losses)
+    assert not torch.equal(before, model.heads.trunk[0].weight)
