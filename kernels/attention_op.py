@@ -1,8 +1,8 @@
 """torch.library registration of jagged attention: forward and backward custom ops.
 
 `gem_kernels::jagged_attention_fwd` returns (out, lse); lse is the per-(token, head)
-log-sum-exp the Triton softmax backward needs, and an empty tensor for other backends
-and forms. `gem_kernels::jagged_attention_bwd` returns (dq, dk, dv, dbias), dbias empty
+log-sum-exp that the Triton and the fused bucketed softmax backwards need, and an empty
+tensor elsewhere. `gem_kernels::jagged_attention_bwd` returns (dq, dk, dv, dbias), dbias empty
 when there is no bias. Both have fake (meta) impls, so torch.compile traces through them
 without running a kernel; autograd links them through register_autograd.
 """
@@ -29,8 +29,13 @@ def _check_offsets(offsets: Tensor, num_tokens: int) -> None:
         raise ValueError(f"offsets must be non-negative and non-decreasing; got {offsets.tolist()[:16]}")
 
 
-def _lse_shape(q: Tensor, form: str, backend: str) -> tuple[int, ...]:
+def _lse_shape(q: Tensor, form: str, backend: str, attn_bias: Optional[Tensor]) -> tuple[int, ...]:
+    """(T, H) where the backend's softmax backward needs the forward's log-sum-exp."""
+    from kernels.bucketed.bucketed_jagged_attention import uses_fused_softmax
+
     if backend == Backend.TRITON.value and form == "softmax":
+        return (q.shape[0], q.shape[1])
+    if backend == Backend.BUCKETED.value and uses_fused_softmax(form, attn_bias, q):
         return (q.shape[0], q.shape[1])
     return (0,)
 
@@ -43,7 +48,7 @@ def jagged_attention_fwd(
 ) -> tuple[Tensor, Tensor]:
     _check_offsets(offsets, q.shape[0])
     args = (q, k, v, offsets, max_seq_len, form, causal, attn_bias, num_targets, activation)
-    lse = q.new_empty(_lse_shape(q, form, backend), dtype=torch.float32)
+    lse = q.new_empty(0, dtype=torch.float32)
     if backend == Backend.PYTORCH.value:
         from kernels.pytorch.pt_jagged_attention import pytorch_jagged_attention
 
@@ -54,7 +59,7 @@ def jagged_attention_fwd(
     elif backend == Backend.BUCKETED.value:
         from kernels.bucketed.bucketed_jagged_attention import bucketed_forward
 
-        out = bucketed_forward(*args)
+        out, lse = bucketed_forward(*args)
     elif backend == Backend.TRITON.value:
         from kernels.triton.triton_jagged_attention import triton_jagged_attention_fwd
 
@@ -68,7 +73,7 @@ def jagged_attention_fwd(
 def _jagged_attention_fwd_fake(q, k, v, offsets, max_seq_len, form, causal, attn_bias,
                                num_targets, activation, backend):
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[2])
-    return out, q.new_empty(_lse_shape(q, form, backend), dtype=torch.float32)
+    return out, q.new_empty(_lse_shape(q, form, backend, attn_bias), dtype=torch.float32)
 
 
 def _reference_backward(grad_out, q, k, v, offsets, max_seq_len, form, causal, attn_bias,
@@ -103,7 +108,9 @@ def jagged_attention_bwd(
     elif backend == Backend.BUCKETED.value:
         from kernels.bucketed.bucketed_jagged_attention import bucketed_backward
 
-        dq, dk, dv, dbias = bucketed_backward(*args)
+        dq, dk, dv, dbias = bucketed_backward(
+            grad_out, q, k, v, offsets, out, lse, max_seq_len, form, causal, attn_bias,
+            num_targets, activation)
     elif backend == Backend.TRITON.value:
         from kernels.triton.triton_jagged_attention import triton_jagged_attention_bwd
 

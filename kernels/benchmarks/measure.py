@@ -2,6 +2,8 @@
 
 Time: best (minimum) of `reps` runs after `warmup` runs; the minimum is the figure
 least disturbed by other processes sharing the cores. The median is kept too.
+Memory is measured on the first timed run (so a 1-run figure includes the cost of
+getting its memory back from the OS).
 
 Memory: tracemalloc doesn't see torch's allocations, and torch has no CPU allocator
 statistics, so peak memory is the growth of this process's resident set during one
@@ -22,16 +24,27 @@ from typing import Callable
 _STATUS = Path("/proc/self/status")
 
 
-def time_best(fn: Callable[[], object], reps: int, warmup: int = 1) -> dict[str, float]:
-    """{'best_s', 'median_s'} over `reps` calls of fn after `warmup` calls."""
+def time_best(fn: Callable[[], object], reps: int, warmup: int = 1,
+              measure_memory: bool = False) -> dict[str, float | None]:
+    """{'best_s', 'median_s'} over `reps` calls of fn after `warmup` calls, plus
+    'peak_mb' (peak_rss_growth_mb of the first timed call) when measure_memory."""
     for _ in range(warmup):
         fn()
     seconds = []
-    for _ in range(reps):
+    result: dict[str, float | None] = {}
+
+    def timed() -> None:
         start = time.perf_counter()
         fn()
         seconds.append(time.perf_counter() - start)
-    return {"best_s": min(seconds), "median_s": statistics.median(seconds)}
+
+    for rep in range(reps):
+        if rep == 0 and measure_memory:
+            result["peak_mb"] = peak_rss_growth_mb(timed)
+        else:
+            timed()
+    result.update(best_s=min(seconds), median_s=statistics.median(seconds))
+    return result
 
 
 def _status_bytes(key: str) -> int:

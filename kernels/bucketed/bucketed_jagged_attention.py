@@ -4,6 +4,10 @@ Per chunk of similar-length sequences (planning.py): gather q, k, v to (H, n, Lp
 then per head group S = Q K^T / sqrt(D) (+ bias), mask, softmax or act(S)/L, O = P V,
 and scatter O back to its tokens. The backward recomputes S chunk by chunk instead of
 saving the weights, so peak extra memory is one chunk's score buffers whatever the batch.
+Softmax without bias (float32) instead runs torch's fused CPU flash-attention kernels
+per chunk, forward and backward (measured ~25% faster forward, ~30% faster backward
+than bmm + softmax + bmm on 2 Zen 4 cores); the forward then returns the per-token
+log-sum-exp that the fused backward needs.
 Shape legend: kernels/attention_spec.py (n sequences in a chunk, Lp its padded size).
 Half types compute in float32.
 """
@@ -26,6 +30,13 @@ from kernels.attention_spec import (
 from kernels.bucketed.planning import Chunk, plan_chunks
 
 Tensor = torch.Tensor
+FUSED_SOFTMAX = True  # False forces the bmm path everywhere (for comparisons)
+
+
+def uses_fused_softmax(form: str, attn_bias: Tensor | None, q: Tensor) -> bool:
+    """Whether softmax runs through torch's fused CPU kernels (and returns a log-sum-exp)."""
+    return (FUSED_SOFTMAX and form == "softmax" and attn_bias is None
+            and q.dtype != torch.float64 and q.device.type == "cpu")
 
 
 @dataclass
@@ -56,6 +67,12 @@ class _Problem:
         starts, lengths = kept_spans(offsets, max_seq_len)
         history = history_lengths(lengths, num_targets)
         self.chunks = plan_chunks(starts, lengths, history, self.num_tokens, self.num_heads)
+        self.uncovered = None  # rows no chunk writes (truncated tokens), which must be 0
+        if int(lengths.sum()) != self.num_tokens:
+            covered = torch.zeros(self.num_tokens + 1, dtype=torch.bool, device=q.device)
+            for chunk in self.chunks:
+                covered[chunk.scatter] = True
+            self.uncovered = torch.nonzero(~covered[:self.num_tokens]).flatten()
 
     def gather(self, x: Tensor, chunk: Chunk, scale: float | None = None) -> Tensor:
         """(T, H, D) -> (H, n, Lp, D) in the compute dtype, times `scale` if given.
@@ -73,8 +90,12 @@ class _Problem:
         return out.view(self.num_heads, -1, chunk.size, x.shape[2])
 
     def new_output(self, like: Tensor) -> Tensor:
-        """(T+1, H, D) zeros; row T takes the writes of padding positions."""
-        return like.new_zeros(self.num_tokens + 1, self.num_heads, like.shape[2], dtype=self.dtype)
+        """(T+1, H, D) buffer for the chunks to fill; row T takes the writes of padding
+        positions. Only rows no chunk writes are zeroed (a full memset costs ~5%)."""
+        out = like.new_empty(self.num_tokens + 1, self.num_heads, like.shape[2], dtype=self.dtype)
+        if self.uncovered is not None:
+            out.index_fill_(0, self.uncovered, 0)
+        return out
 
     def masks(self, chunk: Chunk) -> _ChunkMasks:
         size = chunk.size
@@ -107,8 +128,34 @@ class _Problem:
 def _scatter(dest: Tensor, chunk: Chunk, values: Tensor) -> None:
     """values (H, n, Lp, D) -> rows of dest (T+1, H, D); padding lands on row T."""
     num_heads, _, _, dim = values.shape
-    rows = values.view(num_heads, -1, dim).transpose(0, 1).contiguous()  # (n*Lp, H, D)
+    rows = values.permute(1, 2, 0, 3).reshape(-1, num_heads, dim)  # (n*Lp, H, D)
     dest.index_copy_(0, chunk.scatter, rows)
+
+
+def _additive_mask(masks: _ChunkMasks) -> Tensor:
+    """(n, 1, Lp, Lp) 0 / -inf mask for torch's fused kernels, broadcast over heads."""
+    fill = masks.softmax_fill.unsqueeze(1)
+    return torch.zeros(fill.shape, dtype=torch.float32, device=fill.device).masked_fill_(
+        fill, float("-inf"))
+
+
+def _fused_forward(q_c: Tensor, k_c: Tensor, v_c: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(H, n, Lp, D) inputs, q already scaled -> out (H, n, Lp, Dv), lse (n, H, Lp)."""
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q_c.transpose(0, 1), k_c.transpose(0, 1), v_c.transpose(0, 1), 0.0, False,
+        attn_mask=mask, scale=1.0)
+    return out.transpose(0, 1), lse
+
+
+def _fused_backward(pb: "_Problem", chunk: Chunk, q_c: Tensor, k_c: Tensor, v_c: Tensor,
+                    do_c: Tensor, out: Tensor, lse: Tensor, mask: Tensor) -> tuple[Tensor, ...]:
+    """(dq, dk, dv), each (H, n, Lp, D), from torch's fused CPU backward kernel."""
+    o_c = pb.gather(out, chunk)
+    lse_c = lse.index_select(0, chunk.gather).view(-1, chunk.size, pb.num_heads).transpose(1, 2)
+    dq_c, dk_c, dv_c = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        do_c.transpose(0, 1), q_c.transpose(0, 1), k_c.transpose(0, 1), v_c.transpose(0, 1),
+        o_c.transpose(0, 1), lse_c, 0.0, False, attn_mask=mask, scale=1.0)
+    return dq_c.mul_(pb.scale).transpose(0, 1), dk_c.transpose(0, 1), dv_c.transpose(0, 1)
 
 
 def _finish(buffer: Tensor, num_tokens: int, dtype: torch.dtype) -> Tensor:
@@ -123,14 +170,22 @@ def _head_groups(num_heads: int, chunk: Chunk) -> list[slice]:
 
 def bucketed_forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_seq_len: int,
                      form: str, causal: bool, attn_bias: Tensor | None,
-                     num_targets: Tensor | None, activation: str) -> Tensor:
-    """q, k: (T, H, D), v: (T, H, Dv) -> (T, H, Dv). No autograd; see bucketed_backward."""
+                     num_targets: Tensor | None, activation: str) -> tuple[Tensor, Tensor]:
+    """q, k: (T, H, D), v: (T, H, Dv) -> (out (T, H, Dv), lse): lse is the (T, H) float32
+    log-sum-exp when uses_fused_softmax(...), else empty. No autograd; see bucketed_backward."""
     pb = _Problem(q, offsets, max_seq_len, form, causal, attn_bias, num_targets, activation)
+    fused = uses_fused_softmax(form, attn_bias, q)
     out = pb.new_output(v)
+    lse = q.new_zeros((pb.num_tokens + 1, pb.num_heads) if fused else (0,), dtype=torch.float32)
     for chunk in pb.chunks:
         size = chunk.size
         q_c, k_c, v_c = pb.gather(q, chunk, pb.scale), pb.gather(k, chunk), pb.gather(v, chunk)
         masks = pb.masks(chunk)
+        if fused:
+            o_c, lse_c = _fused_forward(q_c, k_c, v_c, _additive_mask(masks))
+            _scatter(out, chunk, o_c)
+            lse.index_copy_(0, chunk.scatter, lse_c.transpose(1, 2).reshape(-1, pb.num_heads))
+            continue
         o_c = torch.empty_like(v_c)
         for heads in _head_groups(pb.num_heads, chunk):
             s = pb.scores(q_c[heads], k_c[heads], masks, heads)
@@ -141,14 +196,15 @@ def bucketed_forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_seq_l
             torch.bmm(weights.view(-1, size, size), v_c[heads].view(-1, size, v.shape[2]),
                       out=o_c[heads].view(-1, size, v.shape[2]))
         _scatter(out, chunk, o_c)
-    return _finish(out, pb.num_tokens, q.dtype)
+    return _finish(out, pb.num_tokens, q.dtype), lse[:pb.num_tokens]
 
 
 def bucketed_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
-                      max_seq_len: int, form: str, causal: bool, attn_bias: Tensor | None,
-                      num_targets: Tensor | None, activation: str
+                      out: Tensor, lse: Tensor, max_seq_len: int, form: str, causal: bool,
+                      attn_bias: Tensor | None, num_targets: Tensor | None, activation: str
                       ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """Gradients (dq, dk, dv, d attn_bias or None) for grad_out (T, H, Dv)."""
+    """Gradients (dq, dk, dv, d attn_bias or None) for grad_out (T, H, Dv); out and lse
+    are the forward's results (used by the fused softmax path only)."""
     pb = _Problem(q, offsets, max_seq_len, form, causal, attn_bias, num_targets, activation)
     dq, dk, dv = pb.new_output(q), pb.new_output(k), pb.new_output(v)
     dbias = None if pb.bias is None else torch.zeros_like(pb.bias)
@@ -157,6 +213,11 @@ def bucketed_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets
         q_c, k_c = pb.gather(q, chunk, pb.scale), pb.gather(k, chunk)
         v_c, do_c = pb.gather(v, chunk), pb.gather(grad_out, chunk)
         masks = pb.masks(chunk)
+        if lse.numel() > 0:
+            grads = _fused_backward(pb, chunk, q_c, k_c, v_c, do_c, out, lse, _additive_mask(masks))
+            for dest, values in zip((dq, dk, dv), grads):
+                _scatter(dest, chunk, values)
+            continue
         dq_c, dk_c, dv_c = torch.empty_like(q_c), torch.empty_like(k_c), torch.empty_like(v_c)
         for heads in _head_groups(pb.num_heads, chunk):
             bmm_shape = lambda x: x[heads].view(-1, size, x.shape[-1])  # noqa: E731

@@ -7,6 +7,7 @@ stay tiny; on a CUDA machine the gpu-marked tests run it compiled at larger size
 import pytest
 import torch
 
+import kernels.bucketed.bucketed_jagged_attention as bucketed_module
 import kernels.bucketed.planning as planning
 from jagged_attention_cases import assert_close_to_reference, make_case, run_backend
 from kernels import register_activation
@@ -133,3 +134,11 @@ def test_triton_on_gpu_matches_reference(generator, dtype, tolerance, options):
         if value is not None:
             setattr(case, name, value.cuda())
     assert_close_to_reference(case, "triton", tolerance, generator)
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, FP32_TOLERANCE), (torch.float64, 1e-12)])
+def test_bucketed_softmax_without_fused_kernels(generator, monkeypatch, dtype, tolerance):
+    """Softmax without bias normally runs torch's fused kernels; the bmm path must agree."""
+    monkeypatch.setattr(bucketed_module, "FUSED_SOFTMAX", False)
+    case = make_case(generator, [7, 0, 13, 2], dtype=dtype, causal=True, with_targets=True)
+    assert_close_to_reference(case, "bucketed", tolerance, generator)
