@@ -21,6 +21,20 @@ from kernels.triton.triton_attention_helpers import (
 
 
 @triton.jit
+def softmax_stats(Lse, Delta, start, offs_m, row_ok, num_heads, head,
+                  IS_SOFTMAX: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Per-query log-sum-exp and rowsum(dO * O); zeros (and no reads) for GDPA, whose
+    Lse and Delta are 1-element placeholders."""
+    if IS_SOFTMAX:
+        lse = tl.load(Lse + (start + offs_m) * num_heads + head, mask=row_ok, other=0.0)
+        delta = tl.load(Delta + (start + offs_m) * num_heads + head, mask=row_ok, other=0.0)
+    else:
+        lse = tl.zeros([BLOCK_M], dtype=tl.float32)
+        delta = tl.zeros([BLOCK_M], dtype=tl.float32)
+    return lse, delta
+
+
+@triton.jit
 def _score_grad(q, k, v, do, lse, delta, offs_m, offs_n, length, history, Bias, head, scale,
                 bias_radius, inv_length, CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr,
                 IS_SOFTMAX: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -77,8 +91,8 @@ def jagged_attention_dkdv_kernel(
                         mask=row_ok[:, None] & (offs_d[None, :] < DIM), other=0.0)
             do = tl.load(DO + (start + offs_m)[:, None] * stride_dot + head * stride_doh + offs_dv[None, :],
                          mask=row_ok[:, None] & (offs_dv[None, :] < VALUE_DIM), other=0.0)
-            lse = tl.load(Lse + (start + offs_m) * num_heads + head, mask=row_ok, other=0.0)
-            delta = tl.load(Delta + (start + offs_m) * num_heads + head, mask=row_ok, other=0.0)
+            lse, delta = softmax_stats(Lse, Delta, start, offs_m, row_ok, num_heads, head,
+                                       IS_SOFTMAX, BLOCK_M)
             weights, ds, allowed = _score_grad(
                 q, k, v, do, lse, delta, offs_m, offs_n, length, history, Bias, head, scale,
                 bias_radius, inv_length, CAUSAL, HAS_BIAS, IS_SOFTMAX, ACTIVATION, DOT_PRECISION,
@@ -117,8 +131,8 @@ def jagged_attention_dq_kernel(
                     mask=row_ok[:, None] & (offs_d[None, :] < DIM), other=0.0)
         do = tl.load(DO + (start + offs_m)[:, None] * stride_dot + head * stride_doh + offs_dv[None, :],
                      mask=row_ok[:, None] & (offs_dv[None, :] < VALUE_DIM), other=0.0)
-        lse = tl.load(Lse + (start + offs_m) * num_heads + head, mask=row_ok, other=0.0)
-        delta = tl.load(Delta + (start + offs_m) * num_heads + head, mask=row_ok, other=0.0)
+        lse, delta = softmax_stats(Lse, Delta, start, offs_m, row_ok, num_heads, head,
+                                   IS_SOFTMAX, BLOCK_M)
         dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         inv_length = 1.0 / length.to(tl.float32)
         key_end = tl.minimum(length, (block_m + 1) * BLOCK_M) if CAUSAL else length
