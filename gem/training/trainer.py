@@ -100,6 +100,21 @@ def export_model(full_state: dict[str, torch.Tensor], model_cfg: ModelConfig, sp
     return model.eval()
 
 
+def init_weights(model: nn.Module, source: str) -> None:
+    """Start from another model's weights (continued pretraining from the champion):
+    a run/model folder or an MLflow model URI, with the same config and vocabularies."""
+    from gem.knowledge.teacher import load_teacher
+
+    state = load_teacher(source).model.state_dict()
+    own = model.state_dict()
+    mismatched = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
+    if mismatched:
+        raise ValueError(f"init_from={source!r} does not fit this model (config or vocabularies differ): "
+                         f"{len(mismatched)} tensors, e.g. {mismatched[:3]}")
+    model.load_state_dict(state)
+    log.info("initialised from %s", source)
+
+
 def load_trained_model(out: str | Path) -> nn.Module:
     """The exported, unsharded model of a finished run (weights-only load)."""
     from gem.config import from_dict
@@ -136,7 +151,7 @@ def _mean_over_ranks(value: torch.Tensor, env: DistEnv) -> float:
 
 
 def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConfig, *, resume: bool = False,
-          eval_features: str | None = None, close: bool = True) -> RunResult:
+          eval_features: str | None = None, close: bool = True, init_from: str | None = None) -> RunResult:
     launch = process_start_time()
     cfg.validate()
     out = Path(out)
@@ -149,6 +164,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     loader = make_loader(features, cfg, train=True)
     spec = loader.spec
     model = build_model(model_cfg, spec)
+    if init_from:
+        init_weights(model, init_from)
     sizes = count_parameters(model)
     probe = next(iter(make_loader(features, cfg, train=False)))
     probe = slice_batch(probe, 0, min(64, probe.batch_size))
