@@ -94,7 +94,7 @@ def jagged_attention(
         (T, H, Dv) in q's dtype; differentiable w.r.t. q, k, v and attn_bias.
     """
     _check_inputs(q, k, v, offsets, max_seq_len, form, attn_bias, num_targets, activation)
-    chosen = select_backend(q.device, backend)
+    chosen = select_backend(q.device, backend, q.dtype)
     if chosen is Backend.TRITON and form == "gdpa" and activation not in TRITON_ACTIVATIONS:
         raise ValueError(f"the triton backend implements activations {TRITON_ACTIVATIONS}; "
                          f"got {activation!r}")

@@ -50,16 +50,21 @@ def parse_backend(value: Backend | str) -> Backend:
         raise ValueError(f"backend must be one of {names}; got {value!r}") from None
 
 
-def select_backend(device: torch.device, requested: Backend | str | None = None) -> Backend:
+TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def select_backend(device: torch.device, requested: Backend | str | None = None,
+                   dtype: torch.dtype = torch.float32) -> Backend:
     """The backend to run on `device`: requested, else $GEM_ATTENTION_BACKEND, else automatic.
 
-    Automatic: TRITON for CUDA tensors when Triton is installed, BUCKETED otherwise.
-    A forced TRITON on a CPU tensor is refused unless TRITON_INTERPRET=1.
+    Automatic: TRITON for CUDA tensors of a Triton dtype when Triton is installed,
+    BUCKETED otherwise (e.g. float64). A forced TRITON on a CPU tensor is refused unless
+    TRITON_INTERPRET=1.
     """
     if requested is None:
         requested = os.environ.get(BACKEND_ENV_VAR) or None
     if requested is None:
-        if device.type == "cuda" and triton_installed():
+        if device.type == "cuda" and dtype in TRITON_DTYPES and triton_installed():
             return Backend.TRITON
         return Backend.BUCKETED
     backend = parse_backend(requested)

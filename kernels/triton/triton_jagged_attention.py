@@ -13,7 +13,7 @@ import torch
 import triton
 
 from kernels.attention_spec import bias_radius
-from kernels.common import triton_interpreting
+from kernels.common import TRITON_DTYPES, triton_interpreting
 from kernels.triton.triton_attention_helpers import ACTIVATION_CODES
 from kernels.triton.triton_jagged_attention_bwd import (
     jagged_attention_dkdv_kernel,
@@ -22,7 +22,6 @@ from kernels.triton.triton_jagged_attention_bwd import (
 from kernels.triton.triton_jagged_attention_fwd import jagged_attention_fwd_kernel
 
 Tensor = torch.Tensor
-SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @dataclass(frozen=True)
@@ -44,8 +43,8 @@ def _launch(q: Tensor, max_seq_len: int) -> _Launch:
 
 def _common_args(q, k, v, offsets, max_seq_len, form, causal, attn_bias, num_targets,
                  activation, launch: _Launch) -> tuple[tuple, dict]:
-    if q.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"the triton backend supports {SUPPORTED_DTYPES}; got {q.dtype}")
+    if q.dtype not in TRITON_DTYPES:
+        raise ValueError(f"the triton backend supports {TRITON_DTYPES}; got {q.dtype}")
     dummy = offsets  # stands in for absent optional tensors; never read
     dim, value_dim = q.shape[2], v.shape[2]
     tensors = (offsets, dummy if num_targets is None else num_targets,

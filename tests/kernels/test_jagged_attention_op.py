@@ -1,5 +1,6 @@
 """The custom op's plumbing: fake impls, torch.compile, backend choice, input checks."""
 
+import importlib.util
 import inspect
 
 import pytest
@@ -90,6 +91,10 @@ def test_default_backend_on_cpu_is_bucketed_and_env_var_overrides(generator, mon
     assert select_backend(torch.device("cpu")) is Backend.PYTORCH
     assert select_backend(torch.device("cpu"), "bucketed") is Backend.BUCKETED  # argument wins
     assert select_backend(torch.device("cpu"), Backend.PYTORCH) is Backend.PYTORCH
+    monkeypatch.delenv(BACKEND_ENV_VAR)
+    assert select_backend(torch.device("cuda"), dtype=torch.float64) is Backend.BUCKETED
+    if importlib.util.find_spec("triton") is not None:
+        assert select_backend(torch.device("cuda"), dtype=torch.bfloat16) is Backend.TRITON
 
 
 def test_dispatch_reaches_the_selected_backend(generator, monkeypatch):
