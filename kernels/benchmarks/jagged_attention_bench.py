@@ -65,7 +65,11 @@ class Method:
 NESTED_BATCH_DIVISOR = 8
 
 
-def methods(slow_reps: int) -> list[Method]:
+def methods(slow_reps: int, smoke: bool = False) -> list[Method]:
+    """The compared methods; smoke=True times each once without warm-up (for tests)."""
+    if smoke:
+        return [Method(m.name, m.fn, 1, 0, m.measure_memory, m.batch_divisor)
+                for m in methods(slow_reps)]
     return [
         Method("ours", ours, reps=5, warmup=1),
         Method("ours_gdpa_causal", ours_gdpa_causal, reps=3, warmup=1, measure_memory=False),
@@ -76,7 +80,8 @@ def methods(slow_reps: int) -> list[Method]:
     ]
 
 
-def run_distribution(lengths: Tensor, slow_reps: int, seed: int) -> dict[str, float]:
+def run_distribution(lengths: Tensor, slow_reps: int, seed: int,
+                     smoke: bool = False) -> dict[str, float]:
     """Times (ms), peak memory (MiB), speedups and a correctness check for one batch."""
     generator = torch.Generator().manual_seed(seed)
     offsets = offsets_from_lengths(lengths)
@@ -92,7 +97,7 @@ def run_distribution(lengths: Tensor, slow_reps: int, seed: int) -> dict[str, fl
         "load_average_1min_before": os.getloadavg()[0],
     }
     outputs = {}
-    for method in methods(slow_reps):
+    for method in methods(slow_reps, smoke):
         batch = (offsets.shape[0] - 1) // method.batch_divisor
         sub_offsets = offsets[:batch + 1]
         num_tokens = int(sub_offsets[-1])
