@@ -1,7 +1,7 @@
 """Build the training examples of a time window from a contract dataset.
 
     plan = prepare_build(data_dir, out_dir, cfg)         # vocab, Feast work repo, staging
-    for shard in list_shards(plan): build_shard(plan, shard)   # independent, any process
+    for key in list_shards(plan): build_shard(plan, key)       # independent, any process
     manifest = finalize_build(plan, cfg)                 # report, manifest (written last)
 
 ``build_features`` runs the three steps, fanning shards over processes. Output:
@@ -34,10 +34,11 @@ from gem.data.contract import EVENT_TYPES, MANIFEST, SURFACES, Manifest, parse_u
 from gem.features.config import FeaturesConfig
 from gem.features.feast_repo import apply, copy_repo, resolve_repo
 from gem.features.feast_sources import export
-from gem.features.plan import BuildPlan, ShardKey, dataset_days, day_start_us, to_us, window_days
+from gem.features.plan import BuildPlan, dataset_days, day_start_us, to_us, window_days
 from gem.features.report import build_report, log_to_mlflow, read_report
-from gem.features.shards import DENSE_FEATURES, SPARSE_FEATURES, build_shard, list_shards, read_stats
-from gem.features.staging import group_days, stage_group
+from gem.features.shards import DENSE_FEATURES, SPARSE_FEATURES, list_shards, read_stats
+from gem.features.jobs import shard_job, stage_job
+from gem.features.staging import group_days
 from gem.features.storage import dir_bytes, dir_digest, dumps, file_digest, write_json_atomic
 from gem.features.vocab import VOCAB_DIR, VOCAB_NAMES, Vocabularies, build_vocabularies
 
@@ -83,7 +84,7 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
         window_start_us=start_us, window_end_us=end_us,
         history_days=history_days,
         stage_groups=group_days(data_dir, history_days, min_groups=_workers(cfg, len(history_days))),
-        example_days=window_days(start_us, end_us),
+        example_days=window_days(start_us, end_us, cfg.days_per_shard), days_per_shard=cfg.days_per_shard,
         max_seq_len=cfg.max_seq_len, num_buckets=cfg.num_buckets, include_organic=cfg.include_organic,
         feast_repo=str(resolve_repo(cfg.feast_repo)),
     )
@@ -98,19 +99,10 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
     apply(plan.feast_dir, definitions_repo=plan.feast_repo)
     plan.write()
     with _pool(_workers(cfg, len(plan.stage_groups))) as pool:
-        staged = sum(pool.map(_stage_job, [(plan, g) for g in range(len(plan.stage_groups))]))
+        staged = sum(pool.map(stage_job, [(plan, g) for g in range(len(plan.stage_groups))]))
     log.info("features: staged %d events of %d days into %d buckets", staged, len(plan.history_days),
              plan.num_buckets)
     return plan
-
-
-def _stage_job(job: tuple[BuildPlan, int]) -> int:
-    plan, group = job
-    return stage_group(plan, Vocabularies.read(Path(plan.out_dir)), group)
-
-
-def _shard_job(job: tuple[BuildPlan, ShardKey]) -> dict:
-    return build_shard(*job)
 
 
 def _workers(cfg: FeaturesConfig, jobs: int) -> int:
@@ -198,7 +190,7 @@ def build_features(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfi
     plan = prepare_build(data_dir, out_dir, cfg, window_start=window_start, window_end=window_end)
     keys = list_shards(plan)
     with _pool(_workers(cfg, len(keys))) as pool:
-        for i, _ in enumerate(pool.map(_shard_job, [(plan, k) for k in keys]), 1):
+        for i, _ in enumerate(pool.map(shard_job, [(plan, k) for k in keys]), 1):
             if i % max(1, len(keys) // 10) == 0 or i == len(keys):
                 log.info("features: %d/%d shards (%.1fs)", i, len(keys), time.perf_counter() - started)
     manifest = finalize_build(plan, cfg, previous_report=previous_report)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 class FeaturesConfig:
     max_seq_len: int = 1024  # last-N history events per example (the loader truncates to this)
     num_buckets: int = 8  # user hash buckets; shards are (bucket, UTC day)
+    days_per_shard: int = 1  # >1: (bucket, period of days) shards, less history stored twice
     include_organic: bool = False  # also emit an example for every organic event
     min_count: int = 1  # user/item ids seen fewer times before the window end map to 0
     vocab_from: str = ""  # a previous features dir whose vocabularies are reused
@@ -22,6 +23,8 @@ class FeaturesConfig:
             raise ValueError(f"features.max_seq_len must be in [1, 65536], got {self.max_seq_len}")
         if not 1 <= self.num_buckets <= 4096:
             raise ValueError(f"features.num_buckets must be in [1, 4096], got {self.num_buckets}")
+        if not 1 <= self.days_per_shard <= 366:
+            raise ValueError(f"features.days_per_shard must be in [1, 366], got {self.days_per_shard}")
         if self.min_count < 1:
             raise ValueError(f"features.min_count must be >= 1, got {self.min_count}")
         if self.recent_k < 1:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -34,7 +35,10 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from gem.data.batch import Batch, FeatureSpec
 from gem.data.contract import MANIFEST
 from gem.features.jagged import ragged_arange
-from gem.features.shards import EXAMPLES_FILE, HISTORY_COLUMNS, HISTORY_FILE
+from gem.features.shards import (
+    DENSE_FEATURES, EXAMPLES_FILE, HISTORY_FILE, HISTORY_LISTS, US_PER_S, dense_features,
+)
+from gem.features.staging import NO_CONVERSION
 from gem.features.storage import dir_bytes
 
 STATE_KEYS = ("seed", "batch_size", "num_workers", "shuffle", "drop_last", "shards", "digest")
@@ -59,23 +63,32 @@ class ShardData:
     """One shard in memory: example columns (B_shard,) and flat history columns (H,)."""
 
     examples: dict[str, np.ndarray]
-    history: dict[str, np.ndarray]
+    history: dict[str, np.ndarray]  # + "event_s": int64 event seconds (floored)
     history_offsets: np.ndarray  # int64 (users + 1,)
 
 
 def read_shard(shard_dir: Path) -> ShardData:
     examples = pq.read_table(shard_dir / EXAMPLES_FILE)
     history = pq.read_table(shard_dir / HISTORY_FILE)
-    flat, offsets = {}, None
-    for name in HISTORY_COLUMNS:
+    flat, offsets = {}, np.zeros(1, dtype=np.int64)
+    for name in HISTORY_LISTS:
         column = history.column(name).combine_chunks()
         off = column.offsets.to_numpy().astype(np.int64)
-        flat[name] = column.values.to_numpy()[off[0]:off[-1]]
+        values = column.values.slice(off[0], off[-1] - off[0])
+        if name == "conversion_time":
+            values = pc.fill_null(values, NO_CONVERSION)
+        flat[name] = values.to_numpy(zero_copy_only=False)
         offsets = off - off[0]
+    # event seconds: the row's first event plus the running sum of gaps inside the row
+    lengths = np.diff(offsets)
+    running = np.cumsum(flat["gap_s"], dtype=np.int64)
+    row_start = np.repeat(offsets[:-1], lengths)
+    first_s = history.column("first_event_s").to_numpy()
+    flat["event_s"] = np.repeat(first_s, lengths) + running - running[row_start] if len(running) else running
     return ShardData(
         examples={name: examples.column(name).to_numpy() for name in examples.column_names},
         history=flat,
-        history_offsets=offsets if offsets is not None else np.zeros(1, dtype=np.int64),
+        history_offsets=offsets,
     )
 
 
@@ -90,7 +103,8 @@ def gather(spec: FeatureSpec, shard: ShardData, idx: np.ndarray) -> dict[str, np
     start = np.maximum(first, end - spec.max_seq_len)
     lengths = end - start
     g = ragged_arange(start, lengths)
-    t = np.repeat(ex["event_time"][idx], lengths)
+    t_us = ex["event_time"][idx]
+    t = np.repeat(t_us, lengths)
     click = hist["click"][g].astype(np.int64)
     # a conversion is known only once it happened: strictly before this impression
     action = np.where(click > 0, 1 + (hist["conversion_time"][g] < t), 0)
@@ -103,12 +117,15 @@ def gather(spec: FeatureSpec, shard: ShardData, idx: np.ndarray) -> dict[str, np
     }
     sequence = np.stack([by_key[k].astype(np.int64) for k in spec.sequence]) if len(g) else \
         np.zeros((len(spec.sequence), 0), dtype=np.int64)
+    history_len = ex["history_len"][idx]
+    last_s = hist["event_s"][np.maximum(end - 1, 0)] if len(hist["event_s"]) else np.zeros(len(idx), np.int64)
+    dense = dense_features(t_us, history_len, last_s, ex["ad_impressions_before"][idx], ex["ad_clicks_before"][idx])
     return {
         "sparse": np.stack([ex[name][idx].astype(np.int64) for name in spec.sparse], axis=1),
         "lengths": lengths,
         "sequence": sequence,
-        "age": ((t - hist["event_time"][g]) / 1e6).astype(np.float32),
-        "dense": np.stack([ex[name][idx] for name in spec.dense], axis=1).astype(np.float32),
+        "age": ((t - hist["event_s"][g] * US_PER_S) / US_PER_S).astype(np.float32),
+        "dense": dense[:, [DENSE_FEATURES.index(name) for name in spec.dense]],
         "labels": np.stack([ex[task][idx] for task in spec.tasks], axis=1).astype(np.float32),
         "surface": ex["surface"][idx].astype(np.int64),
         "example_id": ex["example_id"][idx].astype(np.int64),

@@ -47,7 +47,8 @@ class BuildPlan:
     window_end_us: int
     history_days: list[str]  # every dataset day up to the window end (history source)
     stage_groups: list[list[str]]  # consecutive history days staged together (one file per bucket)
-    example_days: list[str]  # the days of the window (one shard per bucket and day)
+    example_days: list[str]  # first day of each shard period (one shard per bucket and period)
+    days_per_shard: int  # days of impressions per shard (1: bucket x day)
     max_seq_len: int
     num_buckets: int
     include_organic: bool
@@ -71,6 +72,19 @@ class BuildPlan:
 
     def staging_file(self, bucket: int, group: int) -> Path:
         return self.staging_dir / f"bucket={bucket:03d}" / f"group={group:05d}.parquet"
+
+    def period_us(self, day: str) -> tuple[int, int]:
+        """[start, end) in microseconds of the shard period starting at ``day``."""
+        lo = day_start_us(day)
+        return lo, lo + self.days_per_shard * US_PER_DAY
+
+    def groups_until(self, end_us: int) -> list[int]:
+        """Indices of the staging groups holding any day before ``end_us``."""
+        return [i for i, days in enumerate(self.stage_groups) if day_start_us(days[0]) < end_us]
+
+    def groups_overlapping(self, lo_us: int, hi_us: int) -> list[int]:
+        return [i for i, days in enumerate(self.stage_groups)
+                if any(lo_us <= day_start_us(d) < hi_us for d in days)]
 
     def group_of(self, day: str) -> int:
         for i, days in enumerate(self.stage_groups):
@@ -106,8 +120,9 @@ def dataset_days(data_dir: Path) -> list[str]:
     return sorted(p.name.split("=", 1)[1] for p in base.glob(f"{DAY_PARTITION}=*") if p.is_dir())
 
 
-def window_days(start_us: int, end_us: int) -> list[str]:
+def window_days(start_us: int, end_us: int, every: int = 1) -> list[str]:
+    """UTC days of the window, every ``every``-th one (shard period starts)."""
     first = start_us // US_PER_DAY
     last = (end_us - 1) // US_PER_DAY
     epoch = dt.date(1970, 1, 1)
-    return [(epoch + dt.timedelta(days=int(d))).isoformat() for d in range(first, last + 1)]
+    return [(epoch + dt.timedelta(days=int(d))).isoformat() for d in range(first, last + 1, every)]

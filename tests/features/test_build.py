@@ -10,12 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from gem.data.contract import MANIFEST
-from gem.features import build as build_module
+from gem.features import shards as shards_module
 from gem.features import storage
 from gem.features.build import build_features, finalize_build, prepare_build
 from gem.features.loader import FeatureLoader, load_feature_spec
 from gem.features.shards import build_shard, list_shards
-from tests.features.conftest import tiny_cfg
+from tests.features.conftest import collect, tiny_cfg
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
@@ -47,7 +47,7 @@ def test_shards_built_separately_in_any_order_match_the_one_call_build(conv_data
 def test_an_interrupted_build_leaves_no_shard_and_no_manifest(conv_dataset, tmp_path, monkeypatch):
     out = tmp_path / "interrupted"
     build_features(conv_dataset, out, tiny_cfg())
-    original = build_module.build_shard.__globals__["write_parquet"]
+    original = shards_module.write_parquet
     calls = {"n": 0}
 
     def failing_write(table, path):
@@ -56,7 +56,7 @@ def test_an_interrupted_build_leaves_no_shard_and_no_manifest(conv_dataset, tmp_
             raise KeyboardInterrupt("simulated kill")
         original(table, path)
 
-    monkeypatch.setitem(build_module.build_shard.__globals__, "write_parquet", failing_write)
+    monkeypatch.setattr(shards_module, "write_parquet", failing_write)
     with pytest.raises(KeyboardInterrupt):
         build_features(conv_dataset, out, tiny_cfg(max_seq_len=16))
     assert calls["n"] == 4
@@ -176,3 +176,18 @@ def test_cli_build(conv_dataset, tmp_path, capsys):
 def test_bad_window_is_rejected(conv_dataset, tmp_path):
     with pytest.raises(ValueError, match="must be before"):
         prepare_build(conv_dataset, tmp_path / "x", tiny_cfg(), window_start="2026-01-03", window_end="2026-01-02")
+
+
+def test_multi_day_shards_hold_the_same_examples_and_sequences(conv_dataset, conv_features, tmp_path):
+    out = tmp_path / "two-day"
+    manifest = build_features(conv_dataset, out, tiny_cfg(max_seq_len=48, days_per_shard=2))
+    assert [s["day"] for s in manifest["shards"][:2]] == ["2026-01-01", "2026-01-03"]
+    daily = json.loads((conv_features / MANIFEST).read_text())
+    assert manifest["counts"]["examples"] == daily["counts"]["examples"]
+    assert manifest["counts"]["history_events_stored"] < daily["counts"]["history_events_stored"]
+    a = collect(FeatureLoader(out, batch_size=256, shuffle=False))
+    b = collect(FeatureLoader(conv_features, batch_size=256, shuffle=False))
+    assert sorted(a) == sorted(b)
+    for eid in list(a)[::7]:
+        for key, value in a[eid].items():
+            np.testing.assert_array_equal(value, b[eid][key], err_msg=f"{eid} {key}")
