@@ -42,7 +42,8 @@ def _launch(q: Tensor, max_seq_len: int) -> _Launch:
 
 
 def _common_args(q, k, v, offsets, max_seq_len, form, causal, attn_bias, num_targets,
-                 activation, launch: _Launch) -> tuple[tuple, dict]:
+                 activation, launch: _Launch) -> tuple[tuple, tuple, tuple, dict]:
+    """(tensor args, stride args, runtime scalars, constexprs and launch options)."""
     if q.dtype not in TRITON_DTYPES:
         raise ValueError(f"the triton backend supports {TRITON_DTYPES}; got {q.dtype}")
     dummy = offsets  # stands in for absent optional tensors; never read
