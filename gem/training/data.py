@@ -54,10 +54,12 @@ def rank_slice(batch: Batch, rank: int, world_size: int) -> Batch:
     return slice_batch(batch, size * rank // world_size, size * (rank + 1) // world_size)
 
 
-def default_synthetic_spec(max_seq_len: int = 16) -> FeatureSpec:
+def default_synthetic_spec(max_seq_len: int = 16, rows: int | None = None) -> FeatureSpec:
+    """The synthetic spec; ``rows`` scales the user/item tables (e.g. 10**6 on a GPU)."""
+    users, items = (rows, rows) if rows else (500, 400)
     return FeatureSpec(
-        sparse={"user_id": 500, "country": 8, "item_id": 400, "advertiser_id": 30},
-        sequence={"hist_item_id": 400, "hist_event_type": 4},
+        sparse={"user_id": users, "country": 8, "item_id": items, "advertiser_id": 30},
+        sequence={"hist_item_id": items, "hist_event_type": 4},
         dense=["user_activity", "item_ctr"],
         max_seq_len=max_seq_len,
     )

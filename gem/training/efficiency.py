@@ -79,8 +79,11 @@ class EfficiencyMeter:
     """Call ``step_begin()`` / ``step_end(examples)`` around each training step."""
 
     def __init__(self, train_flops_per_example: float, peak_flops: float, world_size: int = 1,
-                 launch_time: float | None = None) -> None:
+                 launch_time: float | None = None, warmup_steps: int = 2) -> None:
         self.flops_per_example, self.peak, self.world_size = train_flops_per_example, peak_flops, world_size
+        # Throughput and MFU leave out the first steps (allocator warmup, lazy init, compile).
+        self.warmup_steps, self.steps = warmup_steps, 0
+        self.steady_seconds, self.steady_examples = 0.0, 0
         self.launch = launch_time or process_start_time()
         self.first_step_end: float | None = None
         self.step_seconds = 0.0
@@ -97,6 +100,10 @@ class EfficiencyMeter:
             self.first_step_end = time.time()
         self.step_seconds += elapsed
         self.examples += examples
+        self.steps += 1
+        if self.steps > self.warmup_steps:
+            self.steady_seconds += elapsed
+            self.steady_examples += examples
         self._window_seconds += elapsed
         self._window_examples += examples
 
@@ -117,7 +124,10 @@ class EfficiencyMeter:
 
     def summary(self) -> dict[str, float]:
         wall = time.time() - self.launch
-        out = self._figures(self.examples, max(self.step_seconds, 1e-9))
+        if self.steady_examples:
+            out = self._figures(self.steady_examples, max(self.steady_seconds, 1e-9))
+        else:
+            out = self._figures(self.examples, max(self.step_seconds, 1e-9))
         out["perf/startup_seconds"] = (self.first_step_end or time.time()) - self.launch
         out["perf/effective_training_time"] = self.step_seconds / max(wall, 1e-9)
         out["perf/peak_flops"] = self.peak

@@ -63,8 +63,11 @@ def train_step(model: nn.Module, batch: Batch, dense_optimizer: torch.optim.Opti
 def build_dense_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: list[float],
                           warmup_steps: int = 0):
     """AdamW over the dense parameters, with an optional linear warmup; returns (opt, sched)."""
-    optimizer = torch.optim.AdamW(dense_parameters(model), lr=lr, weight_decay=weight_decay,
-                                  betas=(float(betas[0]), float(betas[1])))
+    params = dense_parameters(model)
+    # fused=True runs one kernel per step on CPU and GPU (the per-tensor loop dominated
+    # small-batch CPU steps).
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay,
+                                  betas=(float(betas[0]), float(betas[1])), fused=True)
     scheduler = None
     if warmup_steps > 0:
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup_steps))

@@ -51,13 +51,19 @@ class RunResult:
 
 
 def make_loader(features: str, cfg: TrainConfig, *, train: bool):
-    """FeatureLoader over a features directory, or ``synthetic://[N]`` examples."""
+    """FeatureLoader over a features directory, or generated examples:
+    ``synthetic://N[?rows=R&max_seq_len=L&mean_len=M]`` (R rows per id table)."""
     if features.startswith(SYNTHETIC_PREFIX):
-        rest = features[len(SYNTHETIC_PREFIX):]
+        rest, _, query = features[len(SYNTHETIC_PREFIX):].partition("?")
+        opts = dict(item.split("=", 1) for item in query.split("&") if item)
+        unknown = sorted(set(opts) - {"rows", "max_seq_len", "mean_len"})
+        if unknown:
+            raise ValueError(f"{features}: unknown option(s) {unknown}; use rows, max_seq_len, mean_len")
         num = int(rest) if rest else cfg.synthetic_examples
-        return SyntheticLoader(default_synthetic_spec(), num, batch_size=cfg.batch_size,
-                               shuffle=cfg.shuffle and train, seed=cfg.seed if train else cfg.seed + 1,
-                               drop_last=True)
+        spec = default_synthetic_spec(int(opts.get("max_seq_len", 16)), int(opts.get("rows", 0)) or None)
+        return SyntheticLoader(spec, num, batch_size=cfg.batch_size, shuffle=cfg.shuffle and train,
+                               seed=cfg.seed if train else cfg.seed + 1, drop_last=True,
+                               mean_len=float(opts.get("mean_len", spec.max_seq_len * 3 / 8)))
     from gem.features.loader import FeatureLoader
 
     return FeatureLoader(features, batch_size=cfg.batch_size, shuffle=cfg.shuffle and train, seed=cfg.seed,
@@ -77,10 +83,10 @@ def _gather_full_state(model: nn.Module, env: DistEnv) -> dict[str, torch.Tensor
     full: dict[str, torch.Tensor] = {}
     for key, value in model.state_dict().items():
         if isinstance(value, ShardedTensor):
-            out = torch.empty(value.size(), dtype=value.dtype) if env.is_main else None
+            out = torch.empty(value.size(), dtype=value.dtype, device=env.device) if env.is_main else None
             value.gather(dst=0, out=out)
             if env.is_main:
-                full[key] = out
+                full[key] = out.cpu()
         else:
             full[key] = value.detach().cpu().clone()
     return full if env.is_main else None
@@ -170,6 +176,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     probe = next(iter(make_loader(features, cfg, train=False)))
     probe = slice_batch(probe, 0, min(64, probe.batch_size))
     train_flops_per_example = 3.0 * batch_forward_flops(model, probe) / probe.batch_size
+    model.to(env.device)
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)
     attach_embedding_optimizer(model, cfg.optim.embedding_lr, cfg.optim.embedding_eps)

@@ -60,7 +60,7 @@ def test_synthetic_loader_state_resumes_mid_epoch():
 def test_efficiency_meter_and_peak():
     peak = measure_peak_flops("cpu", torch.float32, size=256, repeats=1, use_cache=False)
     assert peak > 1e8
-    meter = EfficiencyMeter(train_flops_per_example=1e6, peak_flops=1e10, launch_time=None)
+    meter = EfficiencyMeter(train_flops_per_example=1e6, peak_flops=1e10, launch_time=None, warmup_steps=0)
     meter.step_begin()
     sum(range(10000))
     meter.step_end(100)
