@@ -142,3 +142,13 @@ def test_bucketed_softmax_without_fused_kernels(generator, monkeypatch, dtype, t
     monkeypatch.setattr(bucketed_module, "FUSED_SOFTMAX", False)
     case = make_case(generator, [7, 0, 13, 2], dtype=dtype, causal=True, with_targets=True)
     assert_close_to_reference(case, "bucketed", tolerance, generator)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tokens_before_the_first_offset_are_left_at_zero(generator, backend):
+    _skip_without_triton(backend)
+    case = make_case(generator, [2, 5, 4], heads=2, dim=16, causal=True)
+    case.offsets = torch.tensor([2, 7, 11])  # the first 2 tokens belong to no sequence
+    assert_close_to_reference(case, backend, FP32_TOLERANCE, generator)
+    out, _ = run_backend(case, backend)
+    assert out[:2].abs().max() == 0
