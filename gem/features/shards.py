@@ -32,7 +32,7 @@ import pyarrow as pa
 from gem.data.contract import ITEM_ATTRIBUTES, SURFACES, USER_ATTRIBUTES
 from gem.features.jagged import ragged_arange, run_starts
 from gem.features.plan import BuildPlan, ShardKey
-from gem.features.staging import NO_CONVERSION, read_staged
+from gem.features.staging import ATTRIBUTE_COLUMNS, NO_CONVERSION, read_staged
 from gem.features.storage import atomic_dir, dumps, write_parquet
 from gem.features.vocab import Vocabularies
 
@@ -43,6 +43,8 @@ DENSE_FEATURES = ("log_history_len", "log_seconds_since_last_event", "hour_of_da
 HISTORY_LISTS = ("item", "event_type", "surface", "is_ad", "click", "conversion_time", "gap_s")
 EXAMPLES_FILE, HISTORY_FILE, STATS_FILE = "examples.parquet", "history.parquet", "stats.json"
 US_PER_S = 1_000_000
+STAGED_FOR_SHARDS = ["user_id", "item", "event_id", "event_time", "is_ad", "surface", "event_type", "click",
+                     "conversion", "conversion_time", "example", *ATTRIBUTE_COLUMNS]
 
 _vocab_cache: dict[str, Vocabularies] = {}
 
@@ -92,12 +94,13 @@ def build_shard(plan: BuildPlan, key: ShardKey) -> dict:
     lo, hi = plan.period_us(key.day)
     groups = plan.groups_until(hi)
     period_groups = plan.groups_overlapping(lo, hi)
-    today = read_staged(plan, key.bucket, period_groups, before_us=hi) if period_groups else {}
+    today = read_staged(plan, key.bucket, period_groups, before_us=hi,
+                        columns=["user_id", "event_time", "example"]) if period_groups else {}
     users = np.unique(today["user_id"][select_examples(plan, key.day, today)]) if today else np.zeros(0, np.int64)
-    h = read_staged(plan, key.bucket, groups, before_us=hi) if len(users) else {}
+    h = read_staged(plan, key.bucket, groups, before_us=hi, columns=STAGED_FOR_SHARDS) if len(users) else {}
     if h:
-        h = {k: v[np.isin(h["user_id"], users)] for k, v in h.items()}
-        h = _sort_by_user(h)
+        keep = np.isin(h["user_id"], users)
+        h = _sort_by_user({k: v[keep] for k, v in h.items()})
     else:
         h = _empty_staged()
     examples, history, stats = _assemble(plan, key, vocab, h)

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from gem.data.contract import EVENT_TYPES, EVENTS_DIR, ITEM_ATTRIBUTES, SURFACES, TIMESTAMP, USER_ATTRIBUTES, ContractError
 from gem.features.attributes import attribute_ids, fetch_attributes
 from gem.features.jagged import user_bucket
-from gem.features.plan import US_PER_DAY, BuildPlan
+from gem.features.plan import BuildPlan
 from gem.features.storage import write_parquet_atomic
 from gem.features.vocab import Vocabularies
 
@@ -162,10 +162,11 @@ def example_mask(plan: BuildPlan, columns: dict[str, np.ndarray]) -> np.ndarray:
 ATTRIBUTE_COLUMNS = tuple(f"attr_{a}" for a in USER_ATTRIBUTES + ITEM_ATTRIBUTES)
 
 
-def read_staged(plan: BuildPlan, bucket: int, groups: list[int], *, before_us: int) -> dict[str, np.ndarray]:
+def read_staged(plan: BuildPlan, bucket: int, groups: list[int], *, before_us: int,
+                columns: list[str] | None = None) -> dict[str, np.ndarray]:
     """The staged events of one bucket in ``groups`` (in order) with event_time <
-    ``before_us``, as numpy columns."""
-    tables = [pq.read_table(plan.staging_file(bucket, g), filters=[("event_time", "<", before_us)])
+    ``before_us``, as numpy columns (all, or ``columns``)."""
+    tables = [pq.read_table(plan.staging_file(bucket, g), columns=columns, filters=[("event_time", "<", before_us)])
               for g in groups]
     if not tables:
         return {}
