@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from gem.data.contract import parse_utc
 from gem.features.loader import read_manifest
-from gem.features.shards import EXAMPLES_FILE
+from gem.features.shards import EXAMPLES_FILE, HISTORY_FILE
 from gem.features.vocab import Vocabularies
 
 KEY_COLUMNS = ("example_id", "user_id", "item_id", "surface", "event_timestamp")
@@ -56,9 +56,13 @@ def example_keys(features_dir: str | Path, shards: list[str] | None = None) -> p
     items = Vocabularies.read(features_dir).values["item_id"].to_numpy(zero_copy_only=False)
     frames = []
     for name in names:
-        table = pq.read_table(features_dir / "shards" / name / EXAMPLES_FILE,
-                              columns=["example_id", "user_id", "item_id", "surface", "event_time"])
-        frames.append(table.to_pandas())
+        shard = features_dir / "shards" / name
+        frame = pq.read_table(shard / EXAMPLES_FILE,
+                              columns=["example_id", "item_id", "surface", "event_time", "history_row"]).to_pandas()
+        # examples hold dense ids; the raw user id is on the example's history row
+        users = pq.read_table(shard / HISTORY_FILE, columns=["user_id"]).column("user_id").to_numpy()
+        frame["user_id"] = users[frame["history_row"].to_numpy()]
+        frames.append(frame)
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in KEY_COLUMNS})
     df = pd.concat(frames, ignore_index=True)
