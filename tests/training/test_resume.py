@@ -9,7 +9,7 @@ import torch
 
 from tests.training.conftest import ROOT, TINY, gem_env, gem_train_cmd, run_ok
 
-ARGS = ["--features", "synthetic://2048", *TINY, "--set", "checkpoint_every=4", "--set", "log_model=false"]
+ARGS = ["--features", "synthetic://1024", *TINY, "--set", "checkpoint_every=4", "--set", "log_model=false"]
 
 
 def _weights(out):
@@ -25,7 +25,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     latest = killed / "checkpoints" / "latest"
     deadline = time.time() + 180
     while time.time() < deadline and proc.poll() is None:
-        if latest.is_file() and latest.read_text().strip() >= "step_00000008":
+        if latest.is_file() and latest.read_text().strip() >= "step_00000004":
             break
         time.sleep(0.02)
     assert proc.poll() is None, "the run finished before it could be killed"
@@ -40,7 +40,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(b[key], a[key], rtol=0, atol=1e-6, msg=f"{key} (killed at {killed_at})")
-    assert (killed / "checkpoints" / "latest").read_text().strip() == "step_00000032"
+    assert (killed / "checkpoints" / "latest").read_text().strip() == "step_00000016"
 
 
 def test_checkpoint_loads_weights_only_and_rejects_other_world_size(tmp_path):
