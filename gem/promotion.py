@@ -88,36 +88,51 @@ def champion_version(model_name: str) -> str | None:
         return None
 
 
-def gate_and_promote(model_name: str, challenger_version: str, challenger_metrics: dict[str, dict[str, float]],
-                     champion_metrics: dict[str, dict[str, float]] | None, cfg: GateConfig) -> GateDecision:
-    """Decide, record the decision on the model version (and the active run), and move
-    the ``champion`` alias only when the challenger wins."""
+def decide(model_name: str, challenger_version: str, challenger_metrics: dict[str, dict[str, float]],
+           champion_metrics: dict[str, dict[str, float]] | None, cfg: GateConfig) -> GateDecision:
+    """Compare without side effects (champion figures are ignored when no champion exists)."""
+    current = champion_version(model_name)
+    promote, verdicts = compare(challenger_metrics, champion_metrics if current else None, cfg)
+    return GateDecision(model_name, str(challenger_version), current, promote, verdicts)
+
+
+def apply_decision(decision: GateDecision) -> GateDecision:
+    """Record the decision on the model version (and the active run), and move the
+    ``champion`` alias only when the challenger won; a loser gets ``challenger``."""
     import mlflow
     from mlflow import MlflowClient
 
     client = MlflowClient()
-    current = champion_version(model_name)
-    promote, verdicts = compare(challenger_metrics, champion_metrics if current else None, cfg)
-    decision = GateDecision(model_name, str(challenger_version), current, promote, verdicts)
-    client.set_model_version_tag(model_name, challenger_version, "gate.decision", "promoted" if promote else "rejected")
-    client.set_model_version_tag(model_name, challenger_version, "gate.against", current or "none")
-    for verdict in verdicts:
-        client.set_model_version_tag(model_name, challenger_version, f"gate.{verdict.surface}", verdict.reason[:5000])
-    if promote:
-        client.set_registered_model_alias(model_name, CHAMPION, challenger_version)
-    else:
-        client.set_registered_model_alias(model_name, CHALLENGER, challenger_version)
+    name, version = decision.model_name, decision.challenger_version
+    client.set_model_version_tag(name, version, "gate.decision", "promoted" if decision.promote else "rejected")
+    client.set_model_version_tag(name, version, "gate.against", decision.champion_version or "none")
+    for verdict in decision.surfaces:
+        client.set_model_version_tag(name, version, f"gate.{verdict.surface}", verdict.reason[:5000])
+    client.set_registered_model_alias(name, CHAMPION if decision.promote else CHALLENGER, version)
     if mlflow.active_run() is not None:
-        mlflow.log_dict(decision.to_dict(), "gate_decision.json")
-        mlflow.set_tag(f"gate.{model_name}", "promoted" if promote else "rejected")
-        for verdict in verdicts:
-            prefix = f"gate.{model_name}.{verdict.surface}"
+        mlflow.log_dict(decision.to_dict(), f"gate_decision_{name}.json")
+        mlflow.set_tag(f"gate.{name}", "promoted" if decision.promote else "rejected")
+        for verdict in decision.surfaces:
+            prefix = f"gate.{name}.{verdict.surface}"
             mlflow.log_metrics({f"{prefix}.challenger_auc": verdict.challenger["auc"],
                                 f"{prefix}.challenger_ne": verdict.challenger["ne"]})
             if verdict.champion:
                 mlflow.log_metrics({f"{prefix}.champion_auc": verdict.champion["auc"],
                                     f"{prefix}.champion_ne": verdict.champion["ne"]})
     return decision
+
+
+def gate_and_promote(model_name: str, challenger_version: str, challenger_metrics: dict[str, dict[str, float]],
+                     champion_metrics: dict[str, dict[str, float]] | None, cfg: GateConfig) -> GateDecision:
+    return apply_decision(decide(model_name, challenger_version, challenger_metrics, champion_metrics, cfg))
+
+
+def decision_from_dict(raw: dict) -> GateDecision:
+    """Inverse of ``to_dict`` (also after kfp turned None into "")."""
+    surfaces = [SurfaceVerdict(v["surface"], v["challenger"], v.get("champion") or None, v["wins"], v["reason"])
+                for v in raw.get("surfaces", [])]
+    return GateDecision(raw["model_name"], str(raw["challenger_version"]), raw.get("champion_version") or None,
+                        bool(raw["promote"]), surfaces)
 
 
 def decision_json(decision: GateDecision) -> str:

@@ -73,6 +73,15 @@ def split_windows(data: str | Path, *, student_days: int = 1, holdout_days: int 
                    end=manifest.end.isoformat())
 
 
+def without_nulls(value):
+    """kfp parameters can't carry None: nested None becomes "" (and back via ``or None``)."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return "" if value is None else value
+
+
 # ---------------------------------------------------------------- tracking plumbing
 
 
@@ -146,6 +155,41 @@ def validate_stage(data: str, out: str, report_dir: str, ctx: RunContext, max_qu
             "events": report.processed_rows.get("events", 0)}
 
 
+def ingest_stage(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, student_days: int = 1,
+                 holdout_days: int = 1) -> dict:
+    """Simulate a dataset when ``data`` is empty, validate it into ``workspace/clean`` and
+    split the protocol's time windows. A rerun with the same inputs reuses the result."""
+    ws = Path(workspace)
+    key = {"data": data, "sim_preset": sim_preset, "student_days": student_days, "holdout_days": holdout_days}
+    cached = _completed(ws / "ingest.json", key)
+    if cached:
+        return cached
+    if not data:
+        data = str(ws / "raw")
+        simulate_stage(data, sim_preset, ctx)
+    validated = validate_stage(data, str(ws / "clean"), str(ws / "validation"), ctx)
+    windows = split_windows(ws / "clean", student_days=student_days, holdout_days=holdout_days)
+    result = {"clean": str(ws / "clean"), "windows": windows.as_dict(), **validated}
+    return _complete(ws / "ingest.json", key, result)
+
+
+def _completed(path: Path, key: dict) -> dict | None:
+    """The recorded result of a finished stage run with the same inputs, if any."""
+    if path.is_file():
+        record = json.loads(path.read_text())
+        if record.get("key") == key:
+            log.info("stage output %s is complete; reusing it", path)
+            return record["result"]
+    return None
+
+
+def _complete(path: Path, key: dict, result: dict) -> dict:
+    from gem.data.io import write_json_atomic
+
+    write_json_atomic({"key": key, "result": result}, path)
+    return result
+
+
 def _window_tag(data: str | Path) -> str:
     manifest = Manifest.read(Path(data))
     return f"{manifest.window_start}..{manifest.window_end}"
@@ -160,16 +204,38 @@ def features_plan_stage(data: str, out: str, start: str, end: str, preset: str, 
     from gem.features.build import prepare_build
     from gem.features.shards import list_shards
 
+    finished = _finished_features(out, start, end)
+    if finished:
+        return [shard["name"] for shard in finished["shards"]]
     cfg = _features_cfg(preset, vocab_from, overrides)
     plan = prepare_build(data, out, cfg, window_start=start, window_end=end)
     return [key.name for key in list_shards(plan)]
 
 
+def _finished_features(out: str, start: str | None = None, end: str | None = None) -> dict | None:
+    """The manifest of a finished build of the same window (written last by finalize)."""
+    from gem.data.contract import parse_utc
+
+    path = Path(out) / "manifest.json"
+    if not path.is_file():
+        return None
+    manifest = json.loads(path.read_text())
+    window = manifest.get("window", {})
+    if start and end and (parse_utc(window["start"]), parse_utc(window["end"])) != (parse_utc(start), parse_utc(end)):
+        return None
+    return manifest
+
+
 def features_shard_stage(out: str, shard: str) -> dict:
     from gem.features.plan import BuildPlan, ShardKey
-    from gem.features.shards import build_shard
+    from gem.features.shards import build_shard, read_stats
 
-    return build_shard(BuildPlan.read(Path(out)), ShardKey.parse(shard))
+    if _finished_features(out):
+        return {"shard": shard, "reused": True}
+    plan = BuildPlan.read(Path(out))
+    if (plan.shards_dir / shard / "stats.json").is_file():  # shards are renamed into place whole
+        return read_stats(plan.shards_dir / shard)
+    return build_shard(plan, ShardKey.parse(shard))
 
 
 def features_finalize_stage(out: str, preset: str, ctx: RunContext, name: str, vocab_from: str = "",
@@ -179,6 +245,11 @@ def features_finalize_stage(out: str, preset: str, ctx: RunContext, name: str, v
     from gem.features.build import finalize_build
     from gem.features.plan import BuildPlan
 
+    finished = _finished_features(out)
+    if finished:
+        window = finished["window"]
+        return {"examples": finished["counts"]["examples"], "digest": finished["digest"],
+                "window": f"{window['start']}..{window['end']}"}
     cfg = _features_cfg(preset, vocab_from, overrides)
     plan = BuildPlan.read(Path(out))
     window = f"{plan.window_start}..{plan.window_end}"
@@ -222,37 +293,132 @@ def feast_stage(data: str, repo_dir: str, end: str, ctx: RunContext) -> dict:
 
 def pretrain_stage(features: str, eval_features: str, out: str, preset: str, ctx: RunContext,
                    overrides: list[str] | None = None, init_from: str = "") -> dict:
-    """Train GEM on ``features``; register the model as ``gem_teacher`` tagged with its
-    data window and digest; returns the version and the holdout metrics."""
+    """Train GEM on ``features`` (starting from the weights of ``init_from`` when given);
+    register the model as ``gem_teacher`` tagged with its data window and digest.
+
+    Killed mid-way and rerun, it resumes the same MLflow run from the last checkpoint;
+    rerun after it finished, it returns the recorded result."""
     import mlflow
 
     from gem.training.config import load_train_config
     from gem.training.trainer import train
 
-    tracking.configure(ctx.tracking_root, experiment=ctx.experiment)
+    out_dir = Path(out)
     window, digest = _features_lineage(features)
+    key = {"features": digest, "eval": _features_lineage(eval_features)[1] if eval_features else "",
+           "preset": preset, "overrides": overrides or [], "init_from": init_from}
+    cached = _completed(out_dir / "pretrain.json", key)
+    if cached:
+        return cached
+    tracking.configure(ctx.tracking_root, experiment=ctx.experiment)
     extra = [f"tracking_uri={mlflow.get_tracking_uri()}", f"experiment={ctx.experiment}", "run_name=pretrain"]
     cfg, model_cfg = load_train_config(preset, [*extra, *(overrides or [])])
-    client = mlflow.MlflowClient()
-    experiment = client.get_experiment_by_name(ctx.experiment)
-    run = client.create_run(experiment.experiment_id, run_name="pretrain", tags={
-        "mlflow.parentRunId": ctx.parent_run_id, tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
-        tracking.TAG_STAGE: "pretrain", tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
-        **({"gem.init_from": init_from} if init_from else {})})
-    os.environ["MLFLOW_RUN_ID"] = run.info.run_id
+    started = _completed(out_dir / "pretrain_run.json", key)
+    if started:
+        run_id = started["run_id"]
+    else:
+        client = mlflow.MlflowClient()
+        experiment = client.get_experiment_by_name(ctx.experiment)
+        run_id = client.create_run(experiment.experiment_id, run_name="pretrain", tags={
+            "mlflow.parentRunId": ctx.parent_run_id, tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
+            tracking.TAG_STAGE: "pretrain", tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
+            **({"gem.init_from": init_from} if init_from else {})}).info.run_id
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _complete(out_dir / "pretrain_run.json", key, {"run_id": run_id})
+    os.environ["MLFLOW_RUN_ID"] = run_id
     try:
-        result = train(features, out, cfg, model_cfg, eval_features=eval_features or None,
+        result = train(features, out, cfg, model_cfg, eval_features=eval_features or None, resume=True,
                        init_from=init_from or None)
     finally:
         os.environ.pop("MLFLOW_RUN_ID", None)
-    version = mlflow.register_model(f"runs:/{run.info.run_id}/model", TEACHER_MODEL,
+    version = mlflow.register_model(f"runs:/{run_id}/model", TEACHER_MODEL,
                                     tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
                                           tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id})
-    return {"run_id": run.info.run_id, "model_version": str(version.version), "model_dir": str(Path(out) / "model"),
-            "metrics": {k: float(v) for k, v in result.eval_metrics.items()}, "steps": result.steps}
+    return _complete(out_dir / "pretrain.json", key, {
+        "run_id": run_id, "model_version": str(version.version), "model_uri": f"models:/{TEACHER_MODEL}/{version.version}",
+        "metrics": {k: float(v) for k, v in result.eval_metrics.items()}, "steps": result.steps})
 
 
 def _features_lineage(features: str) -> tuple[str, str]:
     manifest = json.loads((Path(features) / "manifest.json").read_text())
     window = manifest.get("window", {})
     return f"{window.get('start')}..{window.get('end')}", manifest.get("digest", "")
+
+
+# ---------------------------------------------------------------- knowledge
+
+
+def knowledge_stage(teacher_uri: str, features: list[str], out_root: str, feast_repo: str, ctx: RunContext,
+                    preset: str = "default") -> dict:
+    """Run the frozen teacher over each features window, write its knowledge under
+    ``out_root/<window name>`` and register all of it in the Feast repo."""
+    import mlflow
+
+    from gem.config import load_config
+    from gem.knowledge.config import KnowledgeConfig
+    from gem.knowledge.feast import register_knowledge
+    from gem.knowledge.generate import generate_knowledge
+    from gem.knowledge.teacher import load_teacher
+
+    cfg = load_config(KnowledgeConfig, section="knowledge", preset=preset)
+    tracking.configure(ctx.tracking_root, experiment=ctx.experiment)
+    teacher = load_teacher(teacher_uri, mlflow.get_tracking_uri())
+    outputs, manifests = [], []
+    with stage(ctx, "knowledge", tags={tracking.TAG_TEACHER_VERSION: teacher.version}):
+        for features_dir in features:
+            out = Path(out_root) / Path(features_dir).name
+            manifest = generate_knowledge(teacher, features_dir, out, cfg)
+            outputs.append(str(out))
+            manifests.append(manifest)
+            mlflow.log_metric(f"examples_per_s.{Path(features_dir).name}", manifest["examples_per_s"])
+        register_knowledge(feast_repo, outputs)
+        mlflow.set_tag(tracking.TAG_FEATURE_VIEWS, "teacher_predictions,teacher_user_embedding,teacher_item_embedding")
+    return {"knowledge": outputs, "teacher_version": teacher.version,
+            "examples": sum(m["counts"]["examples"] for m in manifests)}
+
+
+# ---------------------------------------------------------------- summary
+
+
+def summary_stage(teacher: dict, surfaces: list[dict], workspace: str, ctx: RunContext) -> dict:
+    """Per surface: teacher and student AUC/NE on the holdout, the no-teacher student, the
+    transfer lift and the promotion outcome. Written to the workspace and to the
+    pipeline's parent run, which it closes."""
+    import mlflow
+
+    from gem.data.io import write_json_atomic
+
+    rows = []
+    for row in sorted(surfaces, key=lambda r: r["surface"]):
+        s = row["surface"]
+        rows.append({
+            "surface": s,
+            "teacher_auc": teacher["metrics"].get(f"auc/{s}/click", float("nan")),
+            "teacher_ne": teacher["metrics"].get(f"ne/{s}/click", float("nan")),
+            "student_auc": row["metrics"]["student"]["auc"], "student_ne": row["metrics"]["student"]["ne"],
+            "no_teacher_auc": row["metrics"]["no_teacher"]["auc"], "no_teacher_ne": row["metrics"]["no_teacher"]["ne"],
+            "lift_auc": row["lift"]["auc"], "lift_ne": row["lift"]["ne"],
+            "student": f"{row['model_name']} v{row['version']}",
+            "promoted": row.get("promoted", False),
+        })
+    header = ("| surface | teacher AUC | teacher NE | student AUC | student NE | no-teacher AUC | "
+              "lift AUC | lift NE | student | promoted |")
+    lines = ["# GEM pipeline run " + ctx.pipeline_run_id, "",
+             f"Teacher: {teacher.get('model_uri', '')} (holdout, click task)", "", header,
+             "|" + "---|" * 10]
+    for r in rows:
+        lines.append(f"| {r['surface']} | {r['teacher_auc']:.4f} | {r['teacher_ne']:.4f} | {r['student_auc']:.4f} | "
+                     f"{r['student_ne']:.4f} | {r['no_teacher_auc']:.4f} | {r['lift_auc']:+.4f} | "
+                     f"{r['lift_ne']:+.4f} | {r['student']} | {'yes' if r['promoted'] else 'no'} |")
+    markdown = "\n".join(lines) + "\n"
+    payload = {"pipeline_run_id": ctx.pipeline_run_id, "teacher": teacher, "surfaces": rows}
+    write_json_atomic(payload, Path(workspace) / "summary.json")
+    (Path(workspace) / "summary.md").write_text(markdown)
+    tracking.configure(ctx.tracking_root, experiment=ctx.experiment)
+    client = mlflow.MlflowClient()
+    client.log_text(ctx.parent_run_id, markdown, "summary.md")
+    for r in rows:
+        for key in ("student_auc", "student_ne", "lift_auc", "lift_ne", "teacher_auc", "teacher_ne"):
+            client.log_metric(ctx.parent_run_id, f"{r['surface']}.{key}", float(r[key]))
+    finish_pipeline(ctx, payload)
+    return {"markdown": markdown, "rows": rows}

@@ -1,0 +1,24 @@
+from typing import NamedTuple
+
+from kfp.dsl import Markdown, Output
+
+from components.base import component
+
+
+@component
+def ingest_data(ctx: str, data: str, sim_preset: str, workspace: str, student_days: int, holdout_days: int,
+                report: Output[Markdown]) -> NamedTuple("Ingested", clean=str, start=str, teacher_end=str, student_end=str,
+                                                        end=str):
+    """Simulate a dataset when ``data`` is empty, validate it (bad rows quarantined),
+    write the clean copy to the workspace and split the time windows."""
+    from collections import namedtuple
+
+    from gem.stages import RunContext, ingest_stage
+
+    result = ingest_stage(data, workspace, sim_preset, RunContext.loads(ctx), student_days=student_days,
+                          holdout_days=holdout_days)
+    with open(report.path, "w") as f:
+        f.write(f"# Data validation\n\n```\n{result['summary']}\n```\n")
+    w = result["windows"]
+    return namedtuple("Ingested", ["clean", "start", "teacher_end", "student_end", "end"])(
+        result["clean"], w["start"], w["teacher_end"], w["student_end"], w["end"])

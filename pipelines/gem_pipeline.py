@@ -1,0 +1,64 @@
+"""gem_pipeline: data -> features -> GEM -> knowledge -> per-surface students -> gate ->
+promotion, every stage a run nested under one MLflow parent run."""
+
+
+from kfp import dsl
+
+from components import (distill_student, evaluate_and_gate, feast_materialize, generate_knowledge, ingest_data,
+                        plan_students, pretrain_gem, promote_model, start_run, summarize)
+from gem.data.contract import SURFACES
+from pipelines.features_window import make_features_window
+from pipelines.settings import ClusterSettings, configure_task
+
+
+def make_gem_pipeline(cluster: ClusterSettings | None = None):
+    features_window = make_features_window(cluster)
+
+    @dsl.pipeline(name="gem-pipeline", description="Contract data to registered per-surface students.")
+    def gem_pipeline(workspace: str, run_id: str, tracking_root: str = "", data: str = "",
+                     sim_preset: str = "small", features_preset: str = "default", train_preset: str = "small",
+                     student_preset: str = "pipeline", surfaces: list = list(SURFACES), student_days: int = 1,
+                     holdout_days: int = 1, min_auc_gain: float = 0.0, max_ne_increase: float = 0.0,
+                     min_auc: float = 0.55, init_from: str = ""):
+        ctx = configure_task(start_run(pipeline_run_id=run_id, tracking_root=tracking_root or workspace,
+                                       params={"data": data, "sim_preset": sim_preset, "train_preset": train_preset,
+                                               "student_preset": student_preset, "features_preset": features_preset}),
+                             "light", cluster).output
+        ingest = configure_task(ingest_data(ctx=ctx, data=data, sim_preset=sim_preset, workspace=workspace,
+                                            student_days=student_days, holdout_days=holdout_days), "heavy", cluster)
+        clean = ingest.outputs["clean"]
+        start, teacher_end = ingest.outputs["start"], ingest.outputs["teacher_end"]
+        student_end, end = ingest.outputs["student_end"], ingest.outputs["end"]
+        teacher_feats = features_window(ctx=ctx, data=clean, out=f"{workspace}/features/teacher",
+                                        start=start, end=teacher_end, preset=features_preset,
+                                        vocab_from="", name="teacher")
+        student_feats = features_window(ctx=ctx, data=clean, out=f"{workspace}/features/student",
+                                        start=teacher_end, end=student_end,
+                                        preset=features_preset, vocab_from=teacher_feats.output, name="student")
+        holdout_feats = features_window(ctx=ctx, data=clean, out=f"{workspace}/features/holdout",
+                                        start=student_end, end=end, preset=features_preset,
+                                        vocab_from=teacher_feats.output, name="holdout")
+        repo = configure_task(feast_materialize(ctx=ctx, data=clean, repo_dir=f"{workspace}/feast",
+                                                end=end), "light", cluster)
+        teacher = configure_task(pretrain_gem(ctx=ctx, features=teacher_feats.output, eval_features=holdout_feats.output,
+                                              out=f"{workspace}/teacher", preset=train_preset, init_from=init_from),
+                                 "pretrain", cluster)
+        knowledge = configure_task(generate_knowledge(ctx=ctx, teacher_uri=teacher.outputs["model_uri"],
+                                                      features=[student_feats.output, holdout_feats.output],
+                                                      out_root=f"{workspace}/knowledge", feast_repo=repo.output),
+                                   "heavy", cluster)
+        jobs = configure_task(plan_students(
+            ctx=ctx, surfaces=surfaces, train_features=student_feats.output, eval_features=holdout_feats.output,
+            feast_repo=repo.output, teacher_uri=teacher.outputs["model_uri"], teacher_version=knowledge.output,
+            out=f"{workspace}/students", preset=student_preset, min_auc_gain=min_auc_gain,
+            max_ne_increase=max_ne_increase, min_auc=min_auc), "light", cluster)
+        # the loop body reads only its job (kfp.local resolves outer task outputs wrongly in loops)
+        with dsl.ParallelFor(jobs.output, parallelism=4) as job:
+            distilled = configure_task(distill_student(job=job), "heavy", cluster)
+            decision = configure_task(evaluate_and_gate(job=job, challenger=distilled.outputs["Output"]),
+                                      "light", cluster)
+            promoted = configure_task(promote_model(job=job, gated=decision.output), "light", cluster)
+        configure_task(summarize(ctx=ctx, teacher=teacher.outputs["result"],
+                                 surfaces=dsl.Collected(promoted.output), workspace=workspace), "light", cluster)
+
+    return gem_pipeline
