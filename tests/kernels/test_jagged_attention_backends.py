@@ -15,6 +15,11 @@ from kernels.attention_spec import ACTIVATIONS
 
 FP32_TOLERANCE = 2e-5  # "far under 1e-3"; observed ~1e-7
 BF16_TOLERANCE = 1e-2
+# The bias gradient sums dS over many (query, key) pairs, and softmax's dS sums to zero
+# along each row: heavy cancellation. Flash-style backwards (Triton here) take
+# Delta = rowsum(dO * O) from the bf16 output, whose rounding that cancellation
+# amplifies to ~1e-2 relative error in dbias (q, k, v gradients stay ~3e-3).
+BF16_BIAS_GRAD_TOLERANCE = 3e-2
 
 BACKENDS = ["bucketed", "triton"]
 OPTION_GRID = [
@@ -45,7 +50,8 @@ def test_matches_reference_bf16(generator, backend, form):
     _skip_without_triton(backend)
     case = make_case(generator, [7, 2, 12], heads=2, dim=16, dtype=torch.bfloat16, form=form,
                      causal=True, bias_radius=4, with_targets=True)
-    assert_close_to_reference(case, backend, BF16_TOLERANCE, generator)
+    assert_close_to_reference(case, backend, BF16_TOLERANCE, generator,
+                              tolerances={"dbias": BF16_BIAS_GRAD_TOLERANCE})
 
 
 @pytest.mark.parametrize("activation", ["relu", "sigmoid"])
@@ -133,7 +139,9 @@ def test_triton_on_gpu_matches_reference(generator, dtype, tolerance, options):
         value = getattr(case, name)
         if value is not None:
             setattr(case, name, value.cuda())
-    assert_close_to_reference(case, "triton", tolerance, generator)
+    bias_tolerance = BF16_BIAS_GRAD_TOLERANCE if dtype == torch.bfloat16 else tolerance
+    assert_close_to_reference(case, "triton", tolerance, generator,
+                              tolerances={"dbias": bias_tolerance})
 
 
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float32, FP32_TOLERANCE), (torch.float64, 1e-12)])
