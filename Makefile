@@ -25,8 +25,16 @@ $(STAMP): requirements.lock pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-run: install  ## the main job: the whole pipeline on built-in (or DATA=path) data
-	$(BIN)/python -m gem pipeline run --out $(OUT) $(if $(DATA),--data $(DATA),)
+run: install  ## the main job: gem_pipeline on kfp.local, on simulator data (or DATA=path)
+	$(BIN)/python -m gem pipeline run --workspace $(OUT) $(if $(DATA),--data $(DATA),)
+
+compile: install  ## compile gem_pipeline and refresh_pipeline to IR YAML (pipelines/compiled/)
+	$(BIN)/python -m gem pipeline compile --out pipelines/compiled
+
+feast-apply: install  ## apply feature_repo/ on a simulated dataset and materialize it
+	$(BIN)/python -m gem data simulate --preset tiny --out runs/feast-data
+	$(BIN)/python -m gem features feast-apply --data runs/feast-data
+	$(BIN)/python -m gem features materialize --end 2100-01-01T00:00:00+00:00
 
 test: install  ## install, then run the whole test suite
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

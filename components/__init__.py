@@ -21,11 +21,12 @@ from components.plan_features import plan_features
 from components.plan_students import plan_students
 from components.pretrain_gem import pretrain_gem
 from components.promote_model import promote_model
+from components.resolve_champion import resolve_champion
 from components.start_run import start_run
 from components.summarize import summarize
 
 __all__ = [
     "build_feature_shard", "distill_student", "evaluate_and_gate", "feast_materialize", "finalize_features",
-    "generate_knowledge", "ingest_data", "plan_features", "plan_students", "pretrain_gem", "promote_model", "start_run",
+    "generate_knowledge", "ingest_data", "plan_features", "plan_students", "pretrain_gem", "promote_model", "resolve_champion", "start_run",
     "summarize",
 ]

@@ -7,6 +7,7 @@ from components.base import component
 
 @component
 def ingest_data(ctx: str, data: str, sim_preset: str, workspace: str, student_days: int, holdout_days: int,
+                teacher_days: int,
                 report: Output[Markdown]) -> NamedTuple("Ingested", clean=str, start=str, teacher_end=str, student_end=str,
                                                         end=str):
     """Simulate a dataset when ``data`` is empty, validate it (bad rows quarantined),
@@ -16,7 +17,7 @@ def ingest_data(ctx: str, data: str, sim_preset: str, workspace: str, student_da
     from gem.stages import RunContext, ingest_stage
 
     result = ingest_stage(data, workspace, sim_preset, RunContext.loads(ctx), student_days=student_days,
-                          holdout_days=holdout_days)
+                          holdout_days=holdout_days, teacher_days=teacher_days)
     with open(report.path, "w") as f:
         f.write(f"# Data validation\n\n```\n{result['summary']}\n```\n")
     w = result["windows"]

@@ -1,14 +1,14 @@
-"""`python -m gem pipeline run`: the main job, end to end on built-in or given data.
+"""`python -m gem pipeline ...`: run gem_pipeline locally through kfp.local, or compile
+both pipelines to IR YAML with cluster settings.
 
-Runs each stage's package function in order and prints a summary. Stages whose
-package is not in this checkout yet are listed as skipped, so the command always runs
-what exists.
+    python -m gem pipeline run                      # simulator data, small presets
+    python -m gem pipeline run --data DIR --workspace runs/mine
+    python -m gem pipeline compile --out pipelines/compiled
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import time
@@ -18,60 +18,52 @@ log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("pipeline", help="run or compile the end-to-end pipeline",
-                            description="Run the end-to-end pipeline locally.")
+    parser = sub.add_parser("pipeline", help="run or compile the end-to-end pipeline", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = parser.add_subparsers(dest="pipeline_command", metavar="ACTION", required=True)
-    run = actions.add_parser("run", help="run the whole pipeline locally")
-    run.add_argument("--out", type=Path, default=Path("runs/main"), help="run directory")
-    run.add_argument("--data", type=Path, help="a contract dataset (default: simulate one)")
-    run.add_argument("--sim-preset", default="small", help="simulator preset when no --data is given")
+    run = actions.add_parser("run", help="run gem_pipeline locally (kfp.local, MLflow on sqlite, Feast on duckdb/sqlite)")
+    run.add_argument("--workspace", type=Path, default=Path("runs/main"), help="run directory (data, models, mlflow.db)")
+    run.add_argument("--data", default="", help="a contract dataset (default: simulate one)")
+    run.add_argument("--preset", choices=("tiny", "small"), default="small",
+                     help="sizes of every stage: tiny (seconds, tests) or small (the default main job)")
+    run.add_argument("--surfaces", default="", help="comma-separated surfaces (default: all)")
     run.set_defaults(func=_run)
+    comp = actions.add_parser("compile", help="compile gem_pipeline and refresh_pipeline to IR YAML")
+    comp.add_argument("--out", type=Path, default=Path("pipelines/compiled"))
+    comp.add_argument("--image", default="", help="project image for every component (default $GEM_IMAGE or gem:latest)")
+    comp.add_argument("--mlflow-uri", default="", help="tracking server the cluster tasks log to")
+    comp.set_defaults(func=_compile)
+
+
+PRESETS = {
+    "tiny": {"sim_preset": "tiny", "features_preset": "tiny", "train_preset": "tiny", "student_preset": "pipeline"},
+    "small": {"sim_preset": "small", "features_preset": "pipeline", "train_preset": "pipeline",
+              "student_preset": "pipeline"},
+}
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gem.config import load_config
-    from gem.data.simulate import SimulatorConfig, simulate
-    from gem.data.validate import validate_dataset
+    from gem.data.contract import SURFACES
+    from pipelines.local import run_gem_pipeline
 
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    timings: dict[str, float] = {}
+    params = dict(PRESETS[args.preset])
+    params["data"] = str(Path(args.data).resolve()) if args.data else ""
+    params["surfaces"] = [s for s in args.surfaces.split(",") if s] or list(SURFACES)
     started = time.perf_counter()
+    summary = run_gem_pipeline(args.workspace, **params)
+    seconds = time.perf_counter() - started
+    workspace = Path(args.workspace).resolve()
+    print((workspace / "summary.md").read_text())
+    print(f"pipeline finished in {seconds:.0f} s; summary: {workspace / 'summary.json'}")
+    print(f"open the results:  .venv/bin/mlflow ui --backend-store-uri sqlite:///{workspace / 'mlflow.db'}")
+    summary["seconds"] = seconds
+    (workspace / "run.json").write_text(json.dumps({"seconds": seconds, "params": params}, indent=2))
+    return 0
 
-    data = args.data
-    if data is None:
-        data = out / "data"
-        t = time.perf_counter()
-        log.info("stage simulate: preset %s -> %s", args.sim_preset, data)
-        simulate(load_config(SimulatorConfig, section="simulator", preset=args.sim_preset), data)
-        timings["simulate"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    log.info("stage validate: %s", data)
-    clean = out / "validated"
-    report = validate_dataset(data, report_dir=out / "validation", out=clean)
-    timings["validate"] = time.perf_counter() - t
-    print(report.summary())
+def _compile(args: argparse.Namespace) -> int:
+    from pipelines.compile import compile_all
 
-    skipped = []
-    for stage, module in (("features", "gem.features.build"), ("train", "gem.training"),
-                          ("knowledge", "gem.knowledge"), ("distill", "students.distill")):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError:
-            skipped.append(stage)
-            continue
-        log.info("stage %s: available but not wired into this runner yet", stage)
-        skipped.append(stage)
-
-    timings["total"] = time.perf_counter() - started
-    summary = {"data": str(data), "validated": str(clean), "timings_s": timings, "skipped_stages": skipped,
-               "events": report.processed_rows.get("events", 0)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print("\n== pipeline summary")
-    for stage, seconds in timings.items():
-        print(f"  {stage:<10} {seconds:8.1f} s")
-    if skipped:
-        print(f"  not run yet: {', '.join(skipped)}")
-    print(f"  summary: {out / 'summary.json'}")
+    for path in compile_all(args.out, image=args.image or None, mlflow_uri=args.mlflow_uri or None):
+        print(f"wrote {path}")
     return 0

@@ -24,6 +24,7 @@ from gem.data.contract import Manifest
 log = logging.getLogger(__name__)
 
 TEACHER_MODEL = "gem_teacher"
+FEATURES_DIR_TAG = "gem.features_dir"
 EXPERIMENT = "gem-pipeline"
 
 
@@ -59,8 +60,9 @@ class Windows:
         return asdict(self)
 
 
-def split_windows(data: str | Path, *, student_days: int = 1, holdout_days: int = 1) -> Windows:
-    """Teacher gets every day but the last ``student_days + holdout_days``."""
+def split_windows(data: str | Path, *, student_days: int = 1, holdout_days: int = 1, teacher_days: int = 0) -> Windows:
+    """Teacher gets every day but the last ``student_days + holdout_days`` (only the
+    last ``teacher_days`` of those when > 0: continued pretraining on fresh days)."""
     manifest = Manifest.read(Path(data))
     days = manifest.days()
     if len(days) < student_days + holdout_days + 1:
@@ -69,8 +71,13 @@ def split_windows(data: str | Path, *, student_days: int = 1, holdout_days: int 
     iso = lambda d: dt.datetime.combine(d, dt.time(), tzinfo=dt.timezone.utc).isoformat()  # noqa: E731
     teacher_end = days[-(student_days + holdout_days)]
     student_end = days[-holdout_days]
-    return Windows(start=manifest.start.isoformat(), teacher_end=iso(teacher_end), student_end=iso(student_end),
-                   end=manifest.end.isoformat())
+    start = manifest.start.isoformat()
+    if teacher_days > 0:
+        first = days.index(teacher_end) - teacher_days
+        if first < 0:
+            raise ValueError(f"{data}: teacher_days={teacher_days} reaches before the dataset's first day")
+        start = iso(days[first])
+    return Windows(start=start, teacher_end=iso(teacher_end), student_end=iso(student_end), end=manifest.end.isoformat())
 
 
 def without_nulls(value):
@@ -156,11 +163,12 @@ def validate_stage(data: str, out: str, report_dir: str, ctx: RunContext, max_qu
 
 
 def ingest_stage(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, student_days: int = 1,
-                 holdout_days: int = 1) -> dict:
+                 holdout_days: int = 1, teacher_days: int = 0) -> dict:
     """Simulate a dataset when ``data`` is empty, validate it into ``workspace/clean`` and
     split the protocol's time windows. A rerun with the same inputs reuses the result."""
     ws = Path(workspace)
-    key = {"data": data, "sim_preset": sim_preset, "student_days": student_days, "holdout_days": holdout_days}
+    key = {"data": data, "sim_preset": sim_preset, "student_days": student_days, "holdout_days": holdout_days,
+           "teacher_days": teacher_days}
     cached = _completed(ws / "ingest.json", key)
     if cached:
         return cached
@@ -168,7 +176,8 @@ def ingest_stage(data: str, workspace: str, sim_preset: str, ctx: RunContext, *,
         data = str(ws / "raw")
         simulate_stage(data, sim_preset, ctx)
     validated = validate_stage(data, str(ws / "clean"), str(ws / "validation"), ctx)
-    windows = split_windows(ws / "clean", student_days=student_days, holdout_days=holdout_days)
+    windows = split_windows(ws / "clean", student_days=student_days, holdout_days=holdout_days,
+                            teacher_days=teacher_days)
     result = {"clean": str(ws / "clean"), "windows": windows.as_dict(), **validated}
     return _complete(ws / "ingest.json", key, result)
 
@@ -333,10 +342,50 @@ def pretrain_stage(features: str, eval_features: str, out: str, preset: str, ctx
         os.environ.pop("MLFLOW_RUN_ID", None)
     version = mlflow.register_model(f"runs:/{run_id}/model", TEACHER_MODEL,
                                     tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
-                                          tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id})
-    return _complete(out_dir / "pretrain.json", key, {
+                                          tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
+                                          FEATURES_DIR_TAG: str(Path(features).resolve())})
+    decision = _gate_teacher(str(version.version), eval_features, ctx) if eval_features else None
+    return _complete(out_dir / "pretrain.json", key, without_nulls({
         "run_id": run_id, "model_version": str(version.version), "model_uri": f"models:/{TEACHER_MODEL}/{version.version}",
-        "metrics": {k: float(v) for k, v in result.eval_metrics.items()}, "steps": result.steps})
+        "metrics": {k: float(v) for k, v in result.eval_metrics.items()}, "steps": result.steps,
+        "promoted": bool(decision and decision.promote)}))
+
+
+def _teacher_holdout(model_uri: str, eval_features: str) -> dict[str, dict[str, float]]:
+    """Click AUC / NE over all surfaces of a registered teacher on a holdout window."""
+    import mlflow
+
+    from gem.features.loader import FeatureLoader
+    from gem.knowledge.teacher import load_teacher
+    from gem.training.distributed import init_distributed
+    from gem.training.trainer import evaluate
+
+    teacher = load_teacher(model_uri, mlflow.get_tracking_uri())
+    loader = FeatureLoader(eval_features, batch_size=1024, shuffle=False)
+    metrics = evaluate(teacher.model, loader, init_distributed(), teacher.spec).compute()
+    return {"all": {"auc": float(metrics["auc/all/click"]), "ne": float(metrics["ne/all/click"])}}
+
+
+def _gate_teacher(version: str, eval_features: str, ctx: RunContext):
+    """The new teacher becomes champion only if it beats the champion on the same holdout."""
+    from gem.promotion import CHAMPION, GateConfig, apply_decision, champion_version, decide
+
+    challenger = _teacher_holdout(f"models:/{TEACHER_MODEL}/{version}", eval_features)
+    champion = (_teacher_holdout(f"models:/{TEACHER_MODEL}@{CHAMPION}", eval_features)
+                if champion_version(TEACHER_MODEL) else None)
+    with stage(ctx, "gate-teacher"):
+        return apply_decision(decide(TEACHER_MODEL, version, challenger, champion, GateConfig(min_auc=0.5)))
+
+
+def champion_teacher() -> dict:
+    """The champion teacher's URI and the features directory whose vocabularies its
+    tables use (continued pretraining must build new windows with the same ids)."""
+    from mlflow import MlflowClient
+
+    from gem.promotion import CHAMPION
+
+    mv = MlflowClient().get_model_version_by_alias(TEACHER_MODEL, CHAMPION)
+    return {"uri": f"models:/{TEACHER_MODEL}/{mv.version}", "features_dir": mv.tags.get(FEATURES_DIR_TAG, "")}
 
 
 def _features_lineage(features: str) -> tuple[str, str]:
@@ -393,8 +442,8 @@ def summary_stage(teacher: dict, surfaces: list[dict], workspace: str, ctx: RunC
         s = row["surface"]
         rows.append({
             "surface": s,
-            "teacher_auc": teacher["metrics"].get(f"auc/{s}/click", float("nan")),
-            "teacher_ne": teacher["metrics"].get(f"ne/{s}/click", float("nan")),
+            "teacher_auc": teacher["metrics"].get(f"eval/auc/{s}/click", float("nan")),
+            "teacher_ne": teacher["metrics"].get(f"eval/ne/{s}/click", float("nan")),
             "student_auc": row["metrics"]["student"]["auc"], "student_ne": row["metrics"]["student"]["ne"],
             "no_teacher_auc": row["metrics"]["no_teacher"]["auc"], "no_teacher_ne": row["metrics"]["no_teacher"]["ne"],
             "lift_auc": row["lift"]["auc"], "lift_ne": row["lift"]["ne"],

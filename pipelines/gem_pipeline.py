@@ -1,37 +1,48 @@
 """gem_pipeline: data -> features -> GEM -> knowledge -> per-surface students -> gate ->
-promotion, every stage a run nested under one MLflow parent run."""
+promotion, every stage a run nested under one MLflow parent run.
+
+refresh_pipeline is the same graph built with ``refresh=True``: GEM continues from the
+champion teacher's weights on the newest days (features built with the champion's
+vocabularies), knowledge is regenerated, students re-distilled, gated and promoted."""
 
 
 from kfp import dsl
 
 from components import (distill_student, evaluate_and_gate, feast_materialize, generate_knowledge, ingest_data,
-                        plan_students, pretrain_gem, promote_model, start_run, summarize)
+                        plan_students, pretrain_gem, promote_model, resolve_champion, start_run, summarize)
 from gem.data.contract import SURFACES
 from pipelines.features_window import make_features_window
 from pipelines.settings import ClusterSettings, configure_task
 
 
-def make_gem_pipeline(cluster: ClusterSettings | None = None):
+def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool = False):
     features_window = make_features_window(cluster)
+    name = "refresh-pipeline" if refresh else "gem-pipeline"
 
-    @dsl.pipeline(name="gem-pipeline", description="Contract data to registered per-surface students.")
+    @dsl.pipeline(name=name, description="Contract data to registered per-surface students"
+                  + (", continuing the champion teacher on the newest days." if refresh else "."))
     def gem_pipeline(workspace: str, run_id: str, tracking_root: str = "", data: str = "",
-                     sim_preset: str = "small", features_preset: str = "default", train_preset: str = "small",
+                     sim_preset: str = "small", features_preset: str = "pipeline", train_preset: str = "pipeline",
                      student_preset: str = "pipeline", surfaces: list = list(SURFACES), student_days: int = 1,
-                     holdout_days: int = 1, min_auc_gain: float = 0.0, max_ne_increase: float = 0.0,
-                     min_auc: float = 0.55, init_from: str = ""):
+                     holdout_days: int = 1, teacher_days: int = 1 if refresh else 0, min_auc_gain: float = 0.0,
+                     max_ne_increase: float = 0.0, min_auc: float = 0.55):
         ctx = configure_task(start_run(pipeline_run_id=run_id, tracking_root=tracking_root or workspace,
                                        params={"data": data, "sim_preset": sim_preset, "train_preset": train_preset,
                                                "student_preset": student_preset, "features_preset": features_preset}),
                              "light", cluster).output
         ingest = configure_task(ingest_data(ctx=ctx, data=data, sim_preset=sim_preset, workspace=workspace,
-                                            student_days=student_days, holdout_days=holdout_days), "heavy", cluster)
+                                            student_days=student_days, holdout_days=holdout_days,
+                                            teacher_days=teacher_days), "heavy", cluster)
+        init_from, teacher_vocab = "", ""
+        if refresh:
+            champion = configure_task(resolve_champion(ctx=ctx), "light", cluster)
+            init_from, teacher_vocab = champion.outputs["init_from"], champion.outputs["vocab_from"]
         clean = ingest.outputs["clean"]
         start, teacher_end = ingest.outputs["start"], ingest.outputs["teacher_end"]
         student_end, end = ingest.outputs["student_end"], ingest.outputs["end"]
         teacher_feats = features_window(ctx=ctx, data=clean, out=f"{workspace}/features/teacher",
                                         start=start, end=teacher_end, preset=features_preset,
-                                        vocab_from="", name="teacher")
+                                        vocab_from=teacher_vocab, name="teacher")
         student_feats = features_window(ctx=ctx, data=clean, out=f"{workspace}/features/student",
                                         start=teacher_end, end=student_end,
                                         preset=features_preset, vocab_from=teacher_feats.output, name="student")

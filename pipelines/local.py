@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -18,8 +17,9 @@ def init_local(pipeline_root: Path) -> None:
                raise_on_error=True)
 
 
-def run_gem_pipeline(workspace: str | Path, **params) -> dict:
-    """Run gem_pipeline locally; returns the summary written to the workspace."""
+def run_pipeline(workspace: str | Path, *, refresh: bool = False, **params) -> dict:
+    """Run gem_pipeline (or refresh_pipeline) locally; returns the summary it wrote to the
+    workspace. ``tracking_root`` defaults to the workspace (MLflow on sqlite there)."""
     import json
 
     from pipelines.gem_pipeline import make_gem_pipeline
@@ -28,6 +28,9 @@ def run_gem_pipeline(workspace: str | Path, **params) -> dict:
     workspace.mkdir(parents=True, exist_ok=True)
     init_local(workspace / "kfp")
     run_id = params.pop("run_id", None) or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    os.environ.setdefault("GEM_ATTENTION_BACKEND", os.environ.get("GEM_ATTENTION_BACKEND", ""))
-    make_gem_pipeline(None)(workspace=str(workspace), run_id=run_id, **params)
+    make_gem_pipeline(None, refresh=refresh)(workspace=str(workspace), run_id=run_id, **params)
     return json.loads((workspace / "summary.json").read_text())
+
+
+def run_gem_pipeline(workspace: str | Path, **params) -> dict:
+    return run_pipeline(workspace, refresh=False, **params)
