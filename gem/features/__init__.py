@@ -1,6 +1,8 @@
 """Features stage: point-in-time sequence features, their loader, and the Feast repo.
 
-Public API (the model team codes against these names):
+Public API (the model team codes against these names): ``FeaturesConfig``,
+``build_features`` (gem.features.build), ``FeatureLoader`` and ``load_feature_spec``
+(gem.features.loader). Docs: docs/features.md.
 """
 
 from gem.features.config import FeaturesConfig

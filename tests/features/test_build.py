@@ -69,6 +69,14 @@ def test_an_interrupted_build_leaves_no_shard_and_no_manifest(conv_dataset, tmp_
     for shard in (out / "shards").iterdir():
         assert sorted(p.name for p in shard.iterdir()) == ["examples.parquet", "history.parquet", "stats.json"]
         pq.read_table(shard / "history.parquet")
+    # a SIGKILL leaves a hidden temp dir behind; the next build removes it
+    killed = out / "shards" / ".b000-2026-01-02.tmp-99999"
+    killed.mkdir()
+    (killed / "examples.parquet").write_bytes(b"partial")
+    monkeypatch.setattr(shards_module, "write_parquet", original)
+    build_features(conv_dataset, out, tiny_cfg(max_seq_len=16))
+    assert not killed.exists()
+    assert FeatureLoader(out, batch_size=64).num_examples > 0
 
 
 def test_atomic_dir_replaces_whole_or_not_at_all(tmp_path):
