@@ -42,6 +42,24 @@ def dataset_digest(features: str, spec: dict) -> tuple[str, dict[str, str]]:
     return h.hexdigest()[:16], window
 
 
+def warm_up(uri: str) -> "threading.Thread":
+    """Create (migrate) the tracking store in a background thread while the model is
+    built: a fresh sqlite store takes seconds to initialise."""
+    import threading
+
+    def work() -> None:
+        try:
+            import mlflow
+
+            mlflow.MlflowClient(uri).search_experiments(max_results=1)
+        except Exception as exc:  # noqa: BLE001 - Tracker() will raise the real error
+            log.debug("tracking warm-up failed: %s", exc)
+
+    thread = threading.Thread(target=work, name="mlflow-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 class Tracker:
     def __init__(self, enabled: bool, uri: str, experiment: str, run_name: str = "",
                  run_id: str | None = None, system_metrics: bool = True) -> None:

@@ -34,7 +34,7 @@ from gem.training.efficiency import EfficiencyMeter, measure_peak_flops, process
 from gem.training.metrics import SurfaceTaskMetrics
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile
 from gem.training.step import build_dense_optimizer, eval_step, train_step
-from gem.training.tracking import Tracker
+from gem.training.tracking import Tracker, warm_up
 
 log = logging.getLogger(__name__)
 MODEL_DIR = "model"
@@ -167,6 +167,10 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     seed_everything(cfg.seed)
     out.mkdir(parents=True, exist_ok=True)
 
+    phases: dict[str, float] = {"perf/startup_imports_s": time.time() - launch}
+    tracking_uri = cfg.tracking_uri or f"sqlite:///{(out / 'mlflow.db').resolve()}"
+    warming = warm_up(tracking_uri) if env.is_main else None
+    mark = time.perf_counter()
     loader = make_loader(features, cfg, train=True)
     spec = loader.spec
     model = build_model(model_cfg, spec)
@@ -174,8 +178,9 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         init_weights(model, init_from)
     sizes = count_parameters(model)
     probe = next(iter(make_loader(features, cfg, train=False)))
-    probe = slice_batch(probe, 0, min(64, probe.batch_size))
+    probe = slice_batch(probe, 0, min(16, probe.batch_size))
     train_flops_per_example = 3.0 * batch_forward_flops(model, probe) / probe.batch_size
+    phases["perf/startup_build_s"], mark = time.perf_counter() - mark, time.perf_counter()
     model.to(env.device)
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)
@@ -183,6 +188,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     dmp = shard_model(model, env, ebc_sharding=cfg.sharding.ebc, ec_sharding=cfg.sharding.ec)
     if cfg.compile:
         apply_compile(unwrap(dmp))
+    phases["perf/startup_shard_s"], mark = time.perf_counter() - mark, time.perf_counter()
     dense_opt, scheduler = build_dense_optimizer(
         dmp, cfg.optim.dense_lr, cfg.optim.weight_decay, cfg.optim.betas, cfg.optim.warmup_steps)
 
@@ -202,7 +208,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         progress["resumed_epoch"] = progress["epoch"]
         log.info("resumed from step %d (epoch %d)", progress["step"], progress["epoch"])
 
-    tracking_uri = cfg.tracking_uri or f"sqlite:///{(out / 'mlflow.db').resolve()}"
+    if warming is not None:
+        warming.join()
     tracker = Tracker(env.is_main, tracking_uri, cfg.experiment, cfg.run_name,
                       run_id=progress["run_id"] or None, system_metrics=cfg.system_metrics)
     progress["run_id"] = tracker.run_id or ""
@@ -217,6 +224,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
 
     peak = measure_peak_flops(env.device, torch.bfloat16 if cfg.precision == "bf16" else torch.float32) \
         if cfg.measure_peak else float("nan")
+    phases["perf/startup_tracking_s"] = time.perf_counter() - mark
+    log.info("startup phases: %s", {k.split("/")[1]: round(v, 2) for k, v in phases.items()})
     meter = EfficiencyMeter(train_flops_per_example, peak, env.world_size, launch)
     task_weights = tuple(cfg.task_weights)
     step = progress["step"]
@@ -262,7 +271,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                 break
         if step != last_saved:
             _save(ckpt, dmp, dense_opt, scheduler, loader, step, progress["epoch"], progress)
-        perf = meter.summary()
+        perf = {**meter.summary(), **phases}
         tracker.log_metrics(perf, step)
         full_state = _gather_full_state(dmp, env)
         if env.is_main:

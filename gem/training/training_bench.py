@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "startup_seconds": perf["perf/startup_seconds"],
         "effective_training_time": perf["perf/effective_training_time"],
         "steps": result.steps,
+        **{k.split("/")[1]: v for k, v in perf.items() if k.startswith("perf/startup_") and k.endswith("_s")},
     }
     bench_sizes = {"batch_size": cfg.batch_size, "steps": args.steps, "compile": cfg.compile,
                    "params_total": sizes["total"], "params_dense": sizes["dense"],
