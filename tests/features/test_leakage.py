@@ -100,3 +100,17 @@ def test_taobao_no_leakage(tmp_path):
     counts = check_against_brute_force(data, out, sample=500)
     assert counts["checked"] == 500 and counts["elements"] > 5_000
     assert counts["known_conversions"] + counts["pending_conversions"] > 0
+
+
+def test_organic_examples_when_asked(conv_dataset, tmp_path):
+    from gem.features.build import build_features
+
+    out = tmp_path / "organic"
+    manifest = build_features(conv_dataset, out, tiny_cfg(max_seq_len=32, include_organic=True),
+                              window_start="2026-01-03T00:00:00Z")
+    oracle = BruteForce(conv_dataset, out, 32)
+    in_window = oracle.events["event_time"] >= 1767398400 * 1_000_000  # 2026-01-03
+    assert manifest["counts"]["examples"] == int(in_window.sum())
+    assert (~oracle.events.loc[in_window, "is_ad"]).sum() > 0
+    counts = check_against_brute_force(conv_dataset, out, sample=150, seed=1)
+    assert counts["checked"] == 150 and counts["elements"] > 1_000
