@@ -7,9 +7,9 @@ from components.base import component
 
 @component
 def ingest_data(ctx: str, data: str, sim_preset: str, workspace: str, student_days: int, holdout_days: int,
-                teacher_days: int,
-                report: Output[Markdown]) -> NamedTuple("Ingested", clean=str, start=str, teacher_end=str, student_end=str,
-                                                        end=str):
+                teacher_days: int, report: Output[Markdown]
+                ) -> NamedTuple("Ingested", clean=str, start=str, teacher_end=str, student_end=str, end=str,
+                                teacher_features=str, student_features=str, holdout_features=str):
     """Simulate a dataset when ``data`` is empty, validate it (bad rows quarantined),
     write the clean copy to the workspace and split the time windows."""
     from collections import namedtuple
@@ -20,6 +20,8 @@ def ingest_data(ctx: str, data: str, sim_preset: str, workspace: str, student_da
                           holdout_days=holdout_days, teacher_days=teacher_days)
     with open(report.path, "w") as f:
         f.write(f"# Data validation\n\n```\n{result['summary']}\n```\n")
-    w = result["windows"]
-    return namedtuple("Ingested", ["clean", "start", "teacher_end", "student_end", "end"])(
-        result["clean"], w["start"], w["teacher_end"], w["student_end"], w["end"])
+    w, f = result["windows"], result["features"]
+    fields = ["clean", "start", "teacher_end", "student_end", "end", "teacher_features", "student_features",
+              "holdout_features"]
+    return namedtuple("Ingested", fields)(result["clean"], w["start"], w["teacher_end"], w["student_end"], w["end"],
+                                          f["teacher"], f["student"], f["holdout"])

@@ -178,7 +178,10 @@ def ingest_stage(data: str, workspace: str, sim_preset: str, ctx: RunContext, *,
     validated = validate_stage(data, str(ws / "clean"), str(ws / "validation"), ctx)
     windows = split_windows(ws / "clean", student_days=student_days, holdout_days=holdout_days,
                             teacher_days=teacher_days)
-    result = {"clean": str(ws / "clean"), "windows": windows.as_dict(), **validated}
+    # the features directories of the three windows (paths are decided here: kfp.local
+    # does not resolve f-strings of pipeline parameters passed into sub-pipelines)
+    features = {name: str(ws / "features" / name) for name in ("teacher", "student", "holdout")}
+    result = {"clean": str(ws / "clean"), "windows": windows.as_dict(), "features": features, **validated}
     return _complete(ws / "ingest.json", key, result)
 
 

@@ -40,13 +40,13 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
         clean = ingest.outputs["clean"]
         start, teacher_end = ingest.outputs["start"], ingest.outputs["teacher_end"]
         student_end, end = ingest.outputs["student_end"], ingest.outputs["end"]
-        teacher_feats = features_window(ctx=ctx, data=clean, out=f"{workspace}/features/teacher",
+        teacher_feats = features_window(ctx=ctx, data=clean, out=ingest.outputs["teacher_features"],
                                         start=start, end=teacher_end, preset=features_preset,
                                         vocab_from=teacher_vocab, name="teacher")
-        student_feats = features_window(ctx=ctx, data=clean, out=f"{workspace}/features/student",
+        student_feats = features_window(ctx=ctx, data=clean, out=ingest.outputs["student_features"],
                                         start=teacher_end, end=student_end,
                                         preset=features_preset, vocab_from=teacher_feats.output, name="student")
-        holdout_feats = features_window(ctx=ctx, data=clean, out=f"{workspace}/features/holdout",
+        holdout_feats = features_window(ctx=ctx, data=clean, out=ingest.outputs["holdout_features"],
                                         start=student_end, end=end, preset=features_preset,
                                         vocab_from=teacher_feats.output, name="holdout")
         repo = configure_task(feast_materialize(ctx=ctx, data=clean, repo_dir=f"{workspace}/feast",
