@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    for name in ("torchrec", "root", "mlflow", "feast", "fbgemm"):
+    for name in ("torchrec", "mlflow", "feast", "fbgemm"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
     from students.experiment import _load_preset, run_experiment
