@@ -87,9 +87,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    from students.experiment import _load_preset, run_experiment
+    from students.experiment import load_experiment_config, run_experiment
 
-    cfg = _load_preset(args.preset, args.overrides)
+    cfg = load_experiment_config(args.preset, args.overrides)
     payload = run_experiment(cfg, args.out, latency=not args.no_latency)
     print(json.dumps({k: payload[k] for k in ("transfer_ratio", "student_p99_ms", "student_flops_ratio")}, indent=2))
     return 0

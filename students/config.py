@@ -92,6 +92,11 @@ class TransferConfig:
         for name, t in (("kd.temperature", self.kd.temperature), ("adapter.temperature", self.adapter.temperature)):
             if t <= 0:
                 raise ValueError(f"transfer.{name}={t} must be > 0")
+        for domain, surfaces in self.hierarchical.domains.items():
+            unknown = sorted(set(surfaces) - set(SURFACES))
+            if unknown or not surfaces:
+                raise ValueError(f"transfer.hierarchical.domains[{domain!r}]={surfaces}: surfaces must be a "
+                                 f"non-empty subset of {SURFACES}")
         if self.adapter.newest_periods < 1:
             raise ValueError(f"transfer.adapter.newest_periods={self.adapter.newest_periods} must be >= 1")
         return self

@@ -124,7 +124,7 @@ def distill(train: StudentTable, eval_table: StudentTable | None, spec, cfg: Dis
     adapter = adapter_probs = None
     if tr.kd.weight > 0:
         soft.append(SoftTarget("kd", tr.kd.weight, soften(train.teacher_logits, tr.kd.temperature), tr.kd.temperature))
-    if tr.adapter.weight > 0 or (tr.hierarchical.weight > 0 and tr.hierarchical.use_adapter and tr.adapter.weight > 0):
+    if tr.adapter.weight > 0:  # also what the domain models learn from (hierarchical.use_adapter)
         adapter = fit_adapter(train, cfg, list(student_cfg.dense_features))
         adapter_probs = adapter(train)
         if tr.adapter.temperature != 1.0:

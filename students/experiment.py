@@ -18,12 +18,9 @@ registered (``student-<dataset>-<method>-<surface>``) tagged with the teacher ve
 from __future__ import annotations
 
 import copy
-import dataclasses
 import datetime as dt
-import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +72,7 @@ class ExperimentConfig:
     serving_method: str = "representation"  # the student whose latency is measured (feed surface)
 
 
-def _load_preset(preset: str, overrides: list[str] | None = None) -> ExperimentConfig:
+def load_experiment_config(preset: str, overrides: list[str] | None = None) -> ExperimentConfig:
     from gem.config import load_config
 
     return load_config(ExperimentConfig, section="students", preset=preset, overrides=overrides)

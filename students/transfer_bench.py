@@ -29,9 +29,9 @@ def main() -> None:
     for name in ("torchrec", "mlflow", "feast", "fbgemm"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
-    from students.experiment import _load_preset, run_experiment
+    from students.experiment import load_experiment_config, run_experiment
 
-    cfg = _load_preset(args.preset, args.overrides)
+    cfg = load_experiment_config(args.preset, args.overrides)
     shared = Path(__file__).resolve().parents[2] / "shared" / "data"
     skipped = [d.name for d in cfg.datasets if d.source in REAL and not d.raw and not (shared / REAL[d.source]).exists()]
     cfg.datasets = [d for d in cfg.datasets if d.name not in skipped]

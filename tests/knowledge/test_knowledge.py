@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 
 import numpy as np
@@ -11,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from gem.data.contract import SURFACES, TASKS
+from gem.data.contract import TASKS
 from gem.features.loader import FeatureLoader
 from gem.knowledge.generate import (
     ITEM_EMBEDDING, MANIFEST, OWN_COLUMNS, PREDICTIONS, SURFACE_COLUMNS, USER_EMBEDDING, generate_knowledge,

@@ -13,8 +13,7 @@ from gem.knowledge.teacher import load_teacher
 from gem.model import forward_flops_per_example
 from students.config import DistillConfig, StudentModelConfig
 from students.data import attach_knowledge, load_table
-from students.distill import build_student, distill
-from students.model import student_flops_per_example
+from students.distill import distill
 from students.testing import TEACHER_NAME
 
 STUDENT = {"embedding_dim": 8, "history_len": 4, "mlp_hidden": [16, 8]}
