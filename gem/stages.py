@@ -38,6 +38,10 @@ class RunContext:
     parent_run_id: str = ""
     experiment: str = EXPERIMENT
 
+    def __post_init__(self) -> None:
+        if not self.tracking_root:
+            raise ValueError("RunContext.tracking_root is empty; give the local MLflow store's folder")
+
     def dumps(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
@@ -343,15 +347,24 @@ def pretrain_stage(features: str, eval_features: str, out: str, preset: str, ctx
                        init_from=init_from or None)
     finally:
         os.environ.pop("MLFLOW_RUN_ID", None)
-    version = mlflow.register_model(f"runs:/{run_id}/model", TEACHER_MODEL,
-                                    tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
-                                          tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
-                                          FEATURES_DIR_TAG: str(Path(features).resolve())})
+    version = _registered_version(TEACHER_MODEL, run_id) or mlflow.register_model(
+        f"runs:/{run_id}/model", TEACHER_MODEL,
+        tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
+              tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, FEATURES_DIR_TAG: str(Path(features).resolve())})
     decision = _gate_teacher(str(version.version), eval_features, ctx) if eval_features else None
     return _complete(out_dir / "pretrain.json", key, without_nulls({
         "run_id": run_id, "model_version": str(version.version), "model_uri": f"models:/{TEACHER_MODEL}/{version.version}",
         "metrics": {k: float(v) for k, v in result.eval_metrics.items()}, "steps": result.steps,
         "promoted": bool(decision and decision.promote)}))
+
+
+def _registered_version(name: str, run_id: str):
+    """The version already registered from this run (a rerun after a kill between
+    registration and the completion record must not register it twice)."""
+    from mlflow import MlflowClient
+
+    versions = MlflowClient().search_model_versions(f"name='{name}' and run_id='{run_id}'")
+    return versions[0] if versions else None
 
 
 def _teacher_holdout(model_uri: str, eval_features: str) -> dict[str, dict[str, float]]:

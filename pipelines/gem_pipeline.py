@@ -26,7 +26,7 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
                      student_preset: str = "pipeline", surfaces: list = list(SURFACES), student_days: int = 1,
                      holdout_days: int = 1, teacher_days: int = 1 if refresh else 0, min_auc_gain: float = 0.0,
                      max_ne_increase: float = 0.0, min_auc: float = 0.55):
-        ctx = configure_task(start_run(pipeline_run_id=run_id, tracking_root=tracking_root or workspace,
+        ctx = configure_task(start_run(pipeline_run_id=run_id, tracking_root=tracking_root, workspace=workspace,
                                        params={"data": data, "sim_preset": sim_preset, "train_preset": train_preset,
                                                "student_preset": student_preset, "features_preset": features_preset}),
                              "light", cluster).output

@@ -98,4 +98,5 @@ def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
     continued = client.get_model_version(TEACHER_MODEL, "2")
     assert client.get_run(continued.run_id).data.tags["gem.init_from"] == f"models:/{TEACHER_MODEL}/1"
     assert client.get_model_version("student_feed", "2").tags["teacher_version"] == f"models:/{TEACHER_MODEL}/2"
+    assert not Path("mlflow.db").exists(), "a stage wrote MLflow records into the working directory"
     mlflow.set_tracking_uri("")
