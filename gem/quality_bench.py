@@ -1,0 +1,269 @@
+"""Quality benchmark: GEM against simpler and published CTR models on one time split.
+
+`python -m gem.quality_bench [--datasets simulator,movielens100k,taobao] [--models ...]`
+(or `python -m benchmarks quality`) writes benchmarks/results/quality.json:
+``{dataset: {model: {"auc", "ne", "examples_per_s", ...}}}`` for the click task (and
+``conversion_auc``/``conversion_ne`` where a model gives it), plus the split sizes.
+
+Per dataset, every model trains on the same examples and is scored on the same held-out
+examples: the last UTC day(s) of the dataset, as few as hold >= ``--eval-frac`` of the ad
+impressions (the last day on the simulator and Taobao; on MovieLens, whose ratings are
+spread thin over months, the last few weeks). Both windows are features builds of the
+same dataset (`build_features` with a train window and an eval window; the eval build
+reuses the train build's vocabularies, so ids unseen in training map to 0).
+
+Models: ``gem`` and ``dlrm_baseline`` (gem.training.trainer.train_and_evaluate),
+``fuxictr_wukong`` and ``fuxictr_din`` (FuxiCTR layers, see gem/baselines.py),
+``lr_ids`` (logistic regression on one-hot user and item ids) and ``item_ctr``
+(smoothed per-item click rate). NE = log loss / entropy of the held-out base rate
+(lower is better; 1.0 is the constant base-rate predictor). ``examples_per_s`` is
+training throughput (examples processed per second of training, all epochs).
+Real datasets under ../shared/data are skipped, with the reason recorded, when absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gem.utils.bench import print_table, write_result
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("GEM_SHARED_DATA", ROOT.parent / "shared" / "data"))
+DATASETS = ("simulator", "movielens100k", "taobao")
+MODELS = ("item_ctr", "lr_ids", "dlrm_baseline", "gem", "fuxictr_din", "fuxictr_wukong")
+TASKS = ("click", "conversion")
+
+log = logging.getLogger("quality")
+
+
+# ---- data ----
+
+def make_dataset(name: str, out: Path, *, sim_users: int = 3000, sim_items: int = 3000, sim_days: int = 6) -> str:
+    """Write the contract dataset ``name`` under ``out``; returns "" or why it was skipped."""
+    if name == "simulator":
+        from gem.data.simulate import SimulatorConfig, simulate
+
+        simulate(SimulatorConfig(users=sim_users, items=sim_items, days=sim_days, seed=0, workers=1), out,
+                 progress=False)
+        return ""
+    if name == "movielens100k":
+        raw = SHARED / "movielens-100k"
+        if not (raw / "u.data").is_file():
+            return f"{raw}/u.data not found (shared data absent)"
+        from gem.data.adapters.movielens import convert_movielens
+
+        convert_movielens(raw, out)
+        return ""
+    if name == "taobao":
+        raw = SHARED / "taobao-userbehavior" / "UserBehavior.csv"
+        if not raw.is_file():
+            return f"{raw} not found (shared data absent)"
+        from gem.data.adapters.taobao import convert_taobao
+
+        convert_taobao(raw, out)
+        return ""
+    raise ValueError(f"unknown dataset {name!r}; choose from {DATASETS}")
+
+
+def choose_split(data_dir: Path, eval_frac: float) -> dict:
+    """The train/eval windows: eval = the last UTC days holding >= eval_frac of the ad
+    impressions (at least one day, never all of them)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from gem.data.contract import EVENTS_DIR, Manifest
+
+    manifest = Manifest.read(data_dir)
+    table = ds.dataset(data_dir / EVENTS_DIR, format="parquet", partitioning="hive").to_table(
+        columns=["event_time", "is_ad"], filter=ds.field("is_ad"))
+    days = pc.cast(pc.floor_temporal(table.column("event_time"), unit="day"), "string").to_pylist()
+    counts: dict[str, int] = {}
+    for day in days:
+        counts[day[:10]] = counts.get(day[:10], 0) + 1
+    ordered = sorted(counts)
+    total, held = sum(counts.values()), 0
+    cut_day = ordered[-1]
+    for day in reversed(ordered[1:]):
+        held += counts[day]
+        cut_day = day
+        if held >= eval_frac * total:
+            break
+    cut = dt.datetime.fromisoformat(cut_day).replace(tzinfo=dt.timezone.utc)
+    return {"train_start": manifest.start.isoformat(), "cut": cut.isoformat(), "eval_end": manifest.end.isoformat(),
+            "eval_days": sum(1 for d in ordered if d >= cut_day), "train_days": sum(1 for d in ordered if d < cut_day),
+            "ad_impressions": total, "eval_ad_impressions": held}
+
+
+def build_split(data_dir: Path, out: Path, split: dict, max_seq_len: int) -> tuple[Path, Path]:
+    from gem.features import build_features
+    from gem.features.config import FeaturesConfig
+
+    train_dir, eval_dir = out / "features_train", out / "features_eval"
+    build_features(data_dir, train_dir, FeaturesConfig(max_seq_len=max_seq_len, num_buckets=2, workers=1),
+                   window_start=split["train_start"], window_end=split["cut"])
+    build_features(data_dir, eval_dir, FeaturesConfig(max_seq_len=max_seq_len, num_buckets=2, workers=1,
+                                                      vocab_from=str(train_dir)),
+                   window_start=split["cut"], window_end=split["eval_end"])
+    return train_dir, eval_dir
+
+
+# ---- models ----
+
+def run_trainer(arch: str, train_dir: Path, eval_dir: Path, args, tracking_uri: str) -> dict:
+    from gem.training.config import load_train_config
+    from gem.training.trainer import train_and_evaluate
+
+    cfg, model_cfg = load_train_config(args.train_preset, [
+        f"model_preset={args.model_preset}", f"model.arch={arch}", f"epochs={args.epochs}",
+        f"batch_size={args.batch_size}", "checkpoint_every=0", "log_every=50", "system_metrics=false",
+        "log_model=false", "measure_peak=false", f"tracking_uri={tracking_uri}", "experiment=quality-bench",
+        f"run_name=quality-{arch}"])
+    metrics = train_and_evaluate(str(train_dir), str(eval_dir), model_cfg, cfg)
+    out = {"auc": metrics.get("auc/all/click", float("nan")), "ne": metrics.get("ne/all/click", float("nan")),
+           "examples_per_s": metrics.get("perf/examples_per_s", float("nan")),
+           "conversion_auc": metrics.get("auc/all/conversion", float("nan")),
+           "conversion_ne": metrics.get("ne/all/conversion", float("nan")),
+           "calibration": metrics.get("calibration/all/click", float("nan")),
+           "steps": metrics.get("steps", 0), "epochs": args.epochs,
+           "config": f"train={args.train_preset} model={args.model_preset} batch={args.batch_size}"}
+    return out
+
+
+def run_reference(name: str, train, test, args) -> dict:
+    from gem import baselines
+
+    out: dict = {}
+    for t, task in enumerate(TASKS):
+        if task == "conversion" and not args.conversion:
+            continue
+        start = time.perf_counter()
+        if name == "item_ctr":
+            pred, seen, config = baselines.item_ctr(train, test, task=t), len(train), "prior_weight=20"
+        elif name == "lr_ids":
+            pred, seen, config = baselines.lr_ids(train, test, task=t), len(train), "one-hot user+item, C=1"
+        else:
+            kind = name.split("_", 1)[1]
+            res = baselines.train_fuxictr(kind, train, test, epochs=args.epochs, batch_size=args.batch_size, task=t,
+                                          max_len=args.fuxictr_seq_len)
+            pred, seen = res["pred"], res["train_examples_seen"]
+            config = f"emb=16 epochs={args.epochs} batch={args.batch_size} seq_len={args.fuxictr_seq_len} adam 1e-3"
+        seconds = time.perf_counter() - start
+        s = baselines.score(test.labels[:, t], pred)
+        if task == "click":
+            out.update({"auc": s["auc"], "ne": s["ne"], "examples_per_s": seen / max(seconds, 1e-9),
+                        "calibration": float(np.mean(pred) / max(test.labels[:, 0].mean(), 1e-9)),
+                        "train_seconds": seconds, "config": config})
+        else:
+            out.update({"conversion_auc": s["auc"], "conversion_ne": s["ne"]})
+    return out
+
+
+# ---- driver ----
+
+def bench_dataset(name: str, root: Path, args, tracking_uri: str) -> tuple[dict, dict]:
+    from gem import baselines
+
+    data_dir = root / name / "data"
+    started = time.perf_counter()
+    skipped = make_dataset(name, data_dir, sim_users=args.sim_users, sim_items=args.sim_items, sim_days=args.sim_days)
+    if skipped:
+        print(f"[quality] {name}: skipped: {skipped}", flush=True)
+        return {"skipped": skipped}, {}
+    split = choose_split(data_dir, args.eval_frac)
+    train_dir, eval_dir = build_split(data_dir, root / name, split, args.max_seq_len)
+    train, test = baselines.load_examples(train_dir), baselines.load_examples(eval_dir)
+    sizes = {**split, "train_examples": len(train), "eval_examples": len(test),
+             "train_click_rate": float(train.labels[:, 0].mean()), "eval_click_rate": float(test.labels[:, 0].mean()),
+             "eval_conversion_rate": float(test.labels[:, 1].mean()),
+             "eval_unknown_item_share": float((test.column("item_id") == 0).mean()),
+             "eval_unknown_user_share": float((test.column("user_id") == 0).mean()),
+             "prepare_seconds": time.perf_counter() - started}
+    print(f"[quality] {name}: {len(train)} train / {len(test)} eval examples, split {split['cut']}", flush=True)
+    figures: dict = {}
+    for model in args.models:
+        start = time.perf_counter()
+        try:
+            if model in ("gem", "dlrm_baseline"):
+                figures[model] = run_trainer("gem" if model == "gem" else "dlrm", train_dir, eval_dir, args,
+                                             tracking_uri)
+            else:
+                figures[model] = run_reference(model, train, test, args)
+        except Exception as exc:  # noqa: BLE001 - one failing model must not lose the others
+            traceback.print_exc()
+            figures[model] = {"error": f"{type(exc).__name__}: {exc}"}
+        figures[model]["wall_seconds"] = time.perf_counter() - start
+        shown = figures[model]
+        print(f"[quality] {name}/{model}: auc={shown.get('auc', float('nan')):.4f} "
+              f"ne={shown.get('ne', float('nan')):.4f} ({shown['wall_seconds']:.0f}s)", flush=True)
+    scored = {m: f["auc"] for m, f in figures.items() if isinstance(f.get("auc"), float) and f["auc"] == f["auc"]}
+    if scored:
+        figures["best_by_auc"] = max(scored, key=scored.get)
+    return figures, sizes
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--sim-users", type=int, default=3000)
+    parser.add_argument("--sim-items", type=int, default=3000)
+    parser.add_argument("--sim-days", type=int, default=6)
+    parser.add_argument("--eval-frac", type=float, default=0.1)
+    parser.add_argument("--max-seq-len", type=int, default=64)
+    parser.add_argument("--fuxictr-seq-len", type=int, default=64)
+    parser.add_argument("--train-preset", default="tiny")
+    parser.add_argument("--model-preset", default="tiny")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-conversion", dest="conversion", action="store_false")
+    parser.add_argument("--results-dir", default=None)
+    args = parser.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(args.models) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown models {unknown}; choose from {MODELS}")
+    torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.WARNING)
+
+    figures: dict = {}
+    sizes: dict = {"models": args.models, "epochs": args.epochs, "batch_size": args.batch_size,
+                   "train_preset": args.train_preset, "model_preset": args.model_preset,
+                   "max_seq_len": args.max_seq_len, "fuxictr_seq_len": args.fuxictr_seq_len,
+                   "simulator": {"users": args.sim_users, "items": args.sim_items, "days": args.sim_days},
+                   "eval_frac": args.eval_frac, "task": "click (primary); conversion_* where reported",
+                   "datasets": {}}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gem-quality-") as tmp:
+        root = Path(tmp)
+        tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
+        for name in [d for d in args.datasets.split(",") if d]:
+            figures[name], sizes["datasets"][name] = bench_dataset(name, root, args, tracking_uri)
+    sizes["total_seconds"] = time.perf_counter() - started
+    path = write_result("quality", figures, sizes=sizes, results_dir=args.results_dir)
+    rows = []
+    for name, models in figures.items():
+        if "skipped" in models:
+            rows.append((f"{name}", f"skipped: {models['skipped']}"))
+            continue
+        for model, f in models.items():
+            if isinstance(f, dict):
+                rows.append((f"{name}/{model}", "error" if "error" in f else
+                             f"auc {f['auc']:.4f}  ne {f['ne']:.4f}  {f['examples_per_s']:.0f} ex/s"))
+        rows.append((f"{name} best by auc", models.get("best_by_auc", "-")))
+    print_table(f"quality, click task ({path})", rows)
+    return figures
+
+
+if __name__ == "__main__":
+    main()
