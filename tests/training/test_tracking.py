@@ -47,3 +47,17 @@ def test_training_learns_the_planted_signal(single_run):
     _, result, _, _ = single_run
     # The synthetic click rate depends on item id and surface; 8 steps already beat chance.
     assert result.eval_metrics["eval/auc/all/click"] > 0.55
+
+
+def test_init_from_a_run_starts_from_its_weights(single_run, tmp_path):
+    from gem.training.config import load_train_config
+    from gem.training.trainer import train
+
+    out, _, _, _ = single_run
+    cfg, model_cfg = load_train_config("tiny", ["system_metrics=false", "measure_peak=false", "log_model=false",
+                                                "max_steps=1", "optim.dense_lr=0", "optim.embedding_lr=0"])
+    train("synthetic://128", tmp_path / "continued", cfg, model_cfg, init_from=str(out))
+    before = torch.load(out / "model" / "weights.pt", weights_only=True)
+    after = torch.load(tmp_path / "continued" / "model" / "weights.pt", weights_only=True)
+    for key in before:
+        torch.testing.assert_close(after[key], before[key], msg=key)
