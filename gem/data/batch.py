@@ -85,7 +85,7 @@ def synthetic_batch(spec: FeatureSpec, batch_size: int, *, seed: int = 0,
                     mean_len: float = 8.0) -> Batch:
     """A random batch that honours the contract (for unit tests and FLOP counting)."""
     gen = torch.Generator().manual_seed(seed)
-    lengths = torch.poisson(torch.full((batch_size,), mean_len), generator=gen).long()
+    lengths = torch.poisson(torch.full((batch_size,), float(mean_len)), generator=gen).long()
     lengths = lengths.clamp(0, spec.max_seq_len)
     total = int(lengths.sum())
     sparse_values = [torch.randint(0, card, (batch_size,), generator=gen) for card in spec.sparse.values()]

@@ -3,7 +3,9 @@
 1. `python -m gem pipeline run` is SIGKILLed (whole process group) during pretraining;
 2. rerun, it reuses the finished stages (no rebuilt features) and resumes pretraining
    in the same MLflow run, then registers students with walkable lineage;
-3. one refresh cycle for a newly arrived day continues the champion teacher.
+3. the refresh step on that workspace: GEM continues from the champion teacher.
+(The refresh pipeline's graph is the same as gem_pipeline's plus resolve_champion;
+test_compile.py checks it.)
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ from mlflow import MlflowClient
 from gem import tracking
 from gem.config import load_config
 from gem.data.simulate import SimulatorConfig, simulate
-from gem.refresh import RefreshConfig, read_state, run_refresh
 from gem.stages import EXPERIMENT, TEACHER_MODEL
-from pipelines.refresh_cycle import dataset_until, run_cycle
+from pipelines.refresh_cycle import dataset_until
 
 SURFACES = "feed,video"
 
@@ -87,16 +88,16 @@ def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
     assert teacher_run.data.tags["mlflow.parentRunId"]
     assert tracking.TAG_DATA_WINDOW in student.tags
 
-    # a refresh cycle for the newly arrived fifth day continues the champion teacher
-    state = RefreshConfig(data=str(data), state_dir=str(workspace), first_day=(first_days + dt.timedelta(days=1)).isoformat())
-    params = {"sim_preset": "tiny", "features_preset": "tiny", "train_preset": "tiny", "student_preset": "pipeline",
-              "surfaces": SURFACES.split(",")}
-    results = run_refresh(state, lambda days: run_cycle(days, data=data, workspace=workspace, params=params))
-    assert [r["mode"] for r in results] == ["refresh"]
-    assert read_state(workspace)["last_day"] == (first_days + dt.timedelta(days=1)).isoformat()
-    tracking.configure(workspace, experiment=EXPERIMENT)
-    continued = client.get_model_version(TEACHER_MODEL, "2")
-    assert client.get_run(continued.run_id).data.tags["gem.init_from"] == f"models:/{TEACHER_MODEL}/1"
-    assert client.get_model_version("student_feed", "2").tags["teacher_version"] == f"models:/{TEACHER_MODEL}/2"
+    # refresh: GEM continues from the champion teacher on the newest window
+    from gem.stages import RunContext, champion_teacher, pretrain_stage
+
+    champion = champion_teacher()
+    assert champion["uri"] == f"models:/{TEACHER_MODEL}/1" and champion["features_dir"].endswith("features/teacher")
+    ctx = RunContext(pipeline_run_id="refresh-test", tracking_root=str(workspace))
+    refreshed = pretrain_stage(str(workspace / "features" / "student"), str(workspace / "features" / "holdout"),
+                               str(tmp_path / "continued"), "tiny", ctx, init_from=champion["uri"])
+    continued = client.get_model_version(TEACHER_MODEL, refreshed["model_version"])
+    assert refreshed["model_version"] == "2"
+    assert client.get_run(continued.run_id).data.tags["gem.init_from"] == champion["uri"]
     assert not Path("mlflow.db").exists(), "a stage wrote MLflow records into the working directory"
     mlflow.set_tracking_uri("")
