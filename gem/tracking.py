@@ -55,8 +55,7 @@ def configure(root: str | Path = "runs", *, experiment: str = DEFAULT_EXPERIMENT
         wait_for_server(uri, retries=retries, backoff_s=backoff_s, timeout_s=timeout_s)
     else:
         Path(root).mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
+    mlflow.set_tracking_uri(uri)  # the registry follows the tracking URI
     if mlflow.get_experiment_by_name(experiment) is None:
         artifact_location = None
         if uri.startswith("sqlite:"):

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# Triton kernels run on CPU only in interpreter mode, which must be chosen before triton
+# is first imported (torch.compile may import it early in a full run).
+try:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:  # pragma: no cover
+    pass
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -46,3 +57,15 @@ def taobao_dataset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("data") / "taobao"
     convert_taobao(require_real_data(TAOBAO_CSV), out)
     return out
+
+
+@pytest.fixture(autouse=True)
+def _isolated_mlflow():
+    """Each test starts and ends with MLflow's default store, whatever it set."""
+    import mlflow
+
+    yield
+    if mlflow.active_run() is not None:
+        mlflow.end_run()
+    mlflow.set_tracking_uri("")
+    mlflow.set_registry_uri("")
