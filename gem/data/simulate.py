@@ -22,20 +22,17 @@ the seed, so output is deterministic for a seed and memory is bounded by one chu
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import datetime as dt
 import logging
-import multiprocessing
 import os
 import time
-import types
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from gem.utils.pool import process_pool
 from gem.data.io import write_parquet_atomic
 from gem.data.contract import (
     EVENTS_SCHEMA,
@@ -134,7 +131,7 @@ def simulate(cfg: SimulatorConfig, out: str | Path, *, progress: bool = True) ->
         for i, seq in enumerate(chunk_seqs)
     ]
     workers = max(1, min(cfg.workers or os.cpu_count() or 1, len(jobs)))
-    with _pool(workers) as pool:
+    with process_pool(workers) as pool:
         for (_, _, _, _, hi, *_), produced in zip(jobs, pool.map(_run_chunk, jobs)):
             total += produced
             if progress:
@@ -155,17 +152,6 @@ def simulate(cfg: SimulatorConfig, out: str | Path, *, progress: bool = True) ->
 def _run_chunk(job: tuple) -> int:
     cfg, world, users, lo, hi, seq, start, out, chunk = job
     return _simulate_chunk(cfg, world, users, lo, hi, np.random.default_rng(seq), start, out, chunk)
-
-
-@contextlib.contextmanager
-def _pool(workers: int):
-    """Chunks are independent: fan them over processes (in-process when workers == 1)."""
-    if workers == 1:
-        yield types.SimpleNamespace(map=map)
-        return
-    ctx = multiprocessing.get_context("forkserver")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        yield pool
 
 
 def _check(cfg: SimulatorConfig) -> None:

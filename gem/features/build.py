@@ -17,18 +17,15 @@ one is an unfinished build and the loader refuses it.
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import dataclasses
 import hashlib
 import logging
-import multiprocessing
 import os
 import shutil
 import time
-import types
 from pathlib import Path
 
+from gem.utils.pool import process_pool
 from gem.data.batch import FeatureSpec
 from gem.data.contract import EVENT_TYPES, MANIFEST, SURFACES, Manifest, parse_utc
 from gem.features.config import FeaturesConfig
@@ -98,7 +95,7 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
     export(data_dir, plan.feast_dir, parts=("users", "items"))
     apply(plan.feast_dir, definitions_repo=plan.feast_repo)
     plan.write()
-    with _pool(_workers(cfg, len(plan.stage_groups))) as pool:
+    with process_pool(_workers(cfg, len(plan.stage_groups))) as pool:
         staged = sum(pool.map(stage_job, [(plan, g) for g in range(len(plan.stage_groups))]))
     log.info("features: staged %d events of %d days into %d buckets", staged, len(plan.history_days),
              plan.num_buckets)
@@ -107,17 +104,6 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
 
 def _workers(cfg: FeaturesConfig, jobs: int) -> int:
     return max(1, min(cfg.workers or os.cpu_count() or 1, jobs))
-
-
-@contextlib.contextmanager
-def _pool(workers: int):
-    if workers == 1:
-        yield types.SimpleNamespace(map=map)
-        return
-    # forkserver: the parent has duckdb/torch threads running; forking them is unsafe
-    ctx = multiprocessing.get_context("forkserver")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        yield pool
 
 
 def finalize_build(plan: BuildPlan, cfg: FeaturesConfig, *, previous_report: str | Path | None = None) -> dict:
@@ -189,7 +175,7 @@ def build_features(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfi
     started = time.perf_counter()
     plan = prepare_build(data_dir, out_dir, cfg, window_start=window_start, window_end=window_end)
     keys = list_shards(plan)
-    with _pool(_workers(cfg, len(keys))) as pool:
+    with process_pool(_workers(cfg, len(keys))) as pool:
         for i, _ in enumerate(pool.map(shard_job, [(plan, k) for k in keys]), 1):
             if i % max(1, len(keys) // 10) == 0 or i == len(keys):
                 log.info("features: %d/%d shards (%.1fs)", i, len(keys), time.perf_counter() - started)
