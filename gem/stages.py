@@ -308,7 +308,7 @@ def feast_stage(data: str, repo_dir: str, end: str, ctx: RunContext) -> dict:
 
 
 def pretrain_stage(features: str, eval_features: str, out: str, preset: str, ctx: RunContext,
-                   overrides: list[str] | None = None, init_from: str = "") -> dict:
+                   overrides: list[str] | None = None, init_from: str = "", launcher: str = "local") -> dict:
     """Train GEM on ``features`` (starting from the weights of ``init_from`` when given);
     register the model as ``gem_teacher`` tagged with its data window and digest.
 
@@ -316,13 +316,14 @@ def pretrain_stage(features: str, eval_features: str, out: str, preset: str, ctx
     rerun after it finished, it returns the recorded result."""
     import mlflow
 
+    from gem.launch import Launcher, run_torchrun, submit_trainjob, train_args, trainjob_manifest
     from gem.training.config import load_train_config
     from gem.training.trainer import train
 
     out_dir = Path(out)
     window, digest = _features_lineage(features)
     key = {"features": digest, "eval": _features_lineage(eval_features)[1] if eval_features else "",
-           "preset": preset, "overrides": overrides or [], "init_from": init_from}
+           "preset": preset, "overrides": overrides or [], "init_from": init_from, "launcher": launcher}
     cached = _completed(out_dir / "pretrain.json", key)
     if cached:
         return cached
@@ -341,12 +342,28 @@ def pretrain_stage(features: str, eval_features: str, out: str, preset: str, ctx
             **({"gem.init_from": init_from} if init_from else {})}).info.run_id
         out_dir.mkdir(parents=True, exist_ok=True)
         _complete(out_dir / "pretrain_run.json", key, {"run_id": run_id})
-    os.environ["MLFLOW_RUN_ID"] = run_id
-    try:
-        result = train(features, out, cfg, model_cfg, eval_features=eval_features or None, resume=True,
-                       init_from=init_from or None)
-    finally:
-        os.environ.pop("MLFLOW_RUN_ID", None)
+    how = Launcher.parse(launcher)
+    if how.kind == "local":
+        os.environ["MLFLOW_RUN_ID"] = run_id
+        try:
+            result = train(features, out, cfg, model_cfg, eval_features=eval_features or None, resume=True,
+                           init_from=init_from or None)
+        finally:
+            os.environ.pop("MLFLOW_RUN_ID", None)
+        eval_metrics, steps = {k: float(v) for k, v in result.eval_metrics.items()}, result.steps
+    else:
+        args = train_args(features, eval_features, out, preset, [*extra, *(overrides or [])], init_from)
+        env = {"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
+        if how.kind == "torchrun":
+            run_torchrun(how.nproc, args, env)
+        else:
+            manifest = trainjob_manifest(f"gem-pretrain-{run_id[:12]}", os.environ.get("GEM_IMAGE", "gem:latest"),
+                                         args, nodes=how.nodes, gpus_per_node=how.gpus, env=env)
+            submit_trainjob(manifest)
+        logged = mlflow.MlflowClient().get_run(run_id).data.metrics
+        eval_metrics = {k.replace(".", "/"): float(v) for k, v in logged.items() if k.startswith("eval.")}
+        history = mlflow.MlflowClient().get_metric_history(run_id, "train.loss")
+        steps = history[-1].step if history else 0
     version = _registered_version(TEACHER_MODEL, run_id) or mlflow.register_model(
         f"runs:/{run_id}/model", TEACHER_MODEL,
         tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
@@ -354,7 +371,7 @@ def pretrain_stage(features: str, eval_features: str, out: str, preset: str, ctx
     decision = _gate_teacher(str(version.version), eval_features, ctx) if eval_features else None
     return _complete(out_dir / "pretrain.json", key, without_nulls({
         "run_id": run_id, "model_version": str(version.version), "model_uri": f"models:/{TEACHER_MODEL}/{version.version}",
-        "metrics": {k: float(v) for k, v in result.eval_metrics.items()}, "steps": result.steps,
+        "metrics": eval_metrics, "steps": steps,
         "promoted": bool(decision and decision.promote)}))
 
 

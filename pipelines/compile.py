@@ -18,7 +18,9 @@ def compile_all(out: str | Path, *, image: str | None = None, mlflow_uri: str | 
     from pipelines.gem_pipeline import make_gem_pipeline
     from pipelines.settings import ClusterSettings
 
-    cluster = ClusterSettings(**({"mlflow_uri": mlflow_uri} if mlflow_uri else {}))
+    from components.base import BASE_IMAGE
+
+    cluster = ClusterSettings(image=BASE_IMAGE, **({"mlflow_uri": mlflow_uri} if mlflow_uri else {}))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []

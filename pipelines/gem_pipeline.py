@@ -25,7 +25,8 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
                      sim_preset: str = "small", features_preset: str = "pipeline", train_preset: str = "pipeline",
                      student_preset: str = "pipeline", surfaces: list = list(SURFACES), student_days: int = 1,
                      holdout_days: int = 1, teacher_days: int = 1 if refresh else 0, min_auc_gain: float = 0.0,
-                     max_ne_increase: float = 0.0, min_auc: float = 0.55):
+                     max_ne_increase: float = 0.0, min_auc: float = 0.55,
+                     pretrain_launcher: str = "trainjob:1:1" if cluster else "local"):
         ctx = configure_task(start_run(pipeline_run_id=run_id, tracking_root=tracking_root, workspace=workspace,
                                        params={"data": data, "sim_preset": sim_preset, "train_preset": train_preset,
                                                "student_preset": student_preset, "features_preset": features_preset}),
@@ -52,7 +53,8 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
         repo = configure_task(feast_materialize(ctx=ctx, data=clean, repo_dir=f"{workspace}/feast",
                                                 end=end), "light", cluster)
         teacher = configure_task(pretrain_gem(ctx=ctx, features=teacher_feats.output, eval_features=holdout_feats.output,
-                                              out=f"{workspace}/teacher", preset=train_preset, init_from=init_from),
+                                              out=f"{workspace}/teacher", preset=train_preset, init_from=init_from,
+                                              launcher=pretrain_launcher),
                                  "pretrain", cluster)
         knowledge = configure_task(generate_knowledge(ctx=ctx, teacher_uri=teacher.outputs["model_uri"],
                                                       features=[student_feats.output, holdout_feats.output],

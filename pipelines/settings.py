@@ -22,6 +22,7 @@ class ClusterSettings:
     memory: str = "8G"
     pretrain_cpu: str = "16"
     pretrain_memory: str = "64G"
+    image: str = "gem:latest"  # the TrainJob's image (compile sets it to the components' image)
 
 
 def configure_task(task, kind: str, cluster: ClusterSettings | None):
@@ -35,8 +36,10 @@ def configure_task(task, kind: str, cluster: ClusterSettings | None):
     task.set_env_variable("MLFLOW_TRACKING_URI", cluster.mlflow_uri)
     task.set_retry(num_retries=cluster.retries, backoff_duration="30s", backoff_factor=2.0)
     if kind == "pretrain":
+        # the task either trains itself (launcher=local) or launches and waits for a TrainJob
         task.set_cpu_request(cluster.pretrain_cpu).set_memory_request(cluster.pretrain_memory)
         task.set_accelerator_type(cluster.gpu_type).set_accelerator_limit(cluster.gpus_for_pretrain)
+        task.set_env_variable("GEM_IMAGE", cluster.image)
     elif kind == "heavy":
         task.set_cpu_request(cluster.pretrain_cpu).set_memory_request(cluster.pretrain_memory)
     else:

@@ -24,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a TrainConfig value, or a ModelConfig one as model.KEY=VALUE")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    parser.add_argument("--init-from", default=None,
+                        help="start from another model's weights (run folder or models:/ URI), e.g. the champion")
     parser.set_defaults(func=run)
 
 
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         from gem.training.trainer import train
 
         result = train(args.features, args.out, cfg, model_cfg, resume=args.resume,
-                       eval_features=args.eval_features)
+                       eval_features=args.eval_features, init_from=args.init_from)
     summary = {"steps": result.steps, "run_id": result.run_id, **result.perf,
                **{k: v for k, v in result.eval_metrics.items() if "/all/" in k}}
     print(json.dumps(summary, indent=1, sort_keys=True, default=str))
