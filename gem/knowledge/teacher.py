@@ -89,11 +89,7 @@ def load_teacher(uri: str | Path, tracking_uri: str | None = None) -> Teacher:
 
 
 def teacher_outputs(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One trunk pass: own-surface joint logits (B, T), every surface's (B, S, T), user
-    and item embeddings (B, E). Uses GEM's single-pass ``_trunk`` when present (one
-    forward instead of ``forward`` + ``encode``)."""
-    if hasattr(model, "_trunk"):
-        out, enc = model._trunk(batch, True)
-    else:
-        out, enc = model(batch, all_surfaces=True), model.encode(batch)
+    """One pass: own-surface joint logits (B, T), every surface's (B, S, T), user and item
+    embeddings (B, E), through the model's ``outputs`` (gem.model.heads.RankingModel)."""
+    out, enc = model.outputs(batch, all_surfaces=True)
     return out.logits, out.all_logits, enc.user, enc.item

@@ -4,15 +4,14 @@ into one token, and an MLP as the interaction: (B, (n0 + 1) * D) -> trunk -> tow
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from gem.data.batch import Batch, FeatureSpec
 from gem.model.config import ModelConfig
-from gem.model.heads import Encoded, ModelOutput, MultiTaskHeads, TwoTower
+from gem.model.heads import MultiTaskHeads, RankingModel, TwoTower
 from gem.model.inputs import InputArch
 
 
-class DLRMBaseline(nn.Module):
+class DLRMBaseline(RankingModel):
     def __init__(self, cfg: ModelConfig, spec: FeatureSpec) -> None:
         super().__init__()
         self.cfg, self.spec = cfg.validate(), spec
@@ -24,15 +23,6 @@ class DLRMBaseline(nn.Module):
             len(spec.surfaces), len(spec.tasks), cfg.dropout,
         )
 
-    def _trunk(self, batch: Batch, all_surfaces: bool) -> tuple[ModelOutput, Encoded]:
+    def trunk(self, batch: Batch) -> tuple[torch.Tensor, object]:
         inp = self.inputs(batch)
-        top = torch.cat([inp.tokens_BnD.flatten(1), inp.pooled_seq_BD], dim=1)
-        user, item = self.two_tower(inp.user_in, inp.item_in)
-        out, joint = self.heads(top, batch.surface, self.two_tower.score(user, item), all_surfaces)
-        return out, Encoded(user=user, item=item, joint=joint)
-
-    def forward(self, batch: Batch, all_surfaces: bool = False) -> ModelOutput:
-        return self._trunk(batch, all_surfaces)[0]
-
-    def encode(self, batch: Batch) -> Encoded:
-        return self._trunk(batch, False)[1]
+        return torch.cat([inp.tokens_BnD.flatten(1), inp.pooled_seq_BD], dim=1), inp

@@ -12,13 +12,13 @@ from torch import nn
 
 from gem.data.batch import Batch, FeatureSpec
 from gem.model.config import ModelConfig
-from gem.model.heads import Encoded, ModelOutput, MultiTaskHeads, TwoTower
+from gem.model.heads import MultiTaskHeads, RankingModel, TwoTower
 from gem.model.inputs import InputArch
 from gem.model.interformer import InterFormerLayer, apply_pyramid
 from gem.model.jagged import prepend_tokens
 
 
-class GEM(nn.Module):
+class GEM(RankingModel):
     def __init__(self, cfg: ModelConfig, spec: FeatureSpec) -> None:
         super().__init__()
         self.cfg, self.spec = cfg.validate(), spec
@@ -38,7 +38,7 @@ class GEM(nn.Module):
         )
         self.max_seq_len = spec.max_seq_len + cfg.num_cls_tokens
 
-    def _trunk(self, batch: Batch, all_surfaces: bool) -> tuple[ModelOutput, Encoded]:
+    def trunk(self, batch: Batch) -> tuple[torch.Tensor, object]:
         inp = self.inputs(batch)
         x_BnD, seq_ND, offsets = inp.tokens_BnD, inp.seq_ND, inp.offsets
         if self.cls_tokens is not None:
@@ -49,14 +49,4 @@ class GEM(nn.Module):
             budget = self.cfg.pyramid[i] if self.cfg.pyramid else None
             seq_ND, offsets = apply_pyramid(seq_ND, offsets, self.cfg.num_cls_tokens, budget)
             x_BnD, seq_ND, summary_BsD = layer(x_BnD, seq_ND, offsets, self.max_seq_len)
-        user, item = self.two_tower(inp.user_in, inp.item_in)
-        top = torch.cat([x_BnD.flatten(1), summary_BsD.flatten(1)], dim=1)
-        out, joint = self.heads(top, batch.surface, self.two_tower.score(user, item), all_surfaces)
-        return out, Encoded(user=user, item=item, joint=joint)
-
-    def forward(self, batch: Batch, all_surfaces: bool = False) -> ModelOutput:
-        return self._trunk(batch, all_surfaces)[0]
-
-    def encode(self, batch: Batch) -> Encoded:
-        """User, item (B, encode_dim) and joint (B, trunk width) embeddings."""
-        return self._trunk(batch, False)[1]
+        return torch.cat([x_BnD.flatten(1), summary_BsD.flatten(1)], dim=1), inp

@@ -132,3 +132,30 @@ class MultiTaskHeads(nn.Module):
             all_logits=joint_logits(cond_BST.float()) if all_surfaces else None,
         )
         return out, joint_BH
+
+
+class RankingModel(nn.Module):
+    """The tail every ranking model shares: its own ``trunk`` gives the top-layer input
+    (B, F) and the raw inputs; two towers and the multi-task heads finish.
+
+    ``outputs`` does one pass for both the predictions and the embeddings (knowledge
+    generation uses it); ``forward`` and ``encode`` are its two halves."""
+
+    two_tower: TwoTower
+    heads: MultiTaskHeads
+
+    def trunk(self, batch) -> tuple[torch.Tensor, object]:
+        raise NotImplementedError
+
+    def outputs(self, batch, all_surfaces: bool = False) -> tuple[ModelOutput, Encoded]:
+        top, inp = self.trunk(batch)
+        user, item = self.two_tower(inp.user_in, inp.item_in)
+        out, joint = self.heads(top, batch.surface, self.two_tower.score(user, item), all_surfaces)
+        return out, Encoded(user=user, item=item, joint=joint)
+
+    def forward(self, batch, all_surfaces: bool = False) -> ModelOutput:
+        return self.outputs(batch, all_surfaces)[0]
+
+    def encode(self, batch) -> Encoded:
+        """User, item (B, encode_dim) and joint (B, trunk width) embeddings."""
+        return self.outputs(batch)[1]
