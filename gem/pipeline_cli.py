@@ -50,13 +50,12 @@ def _run(args: argparse.Namespace) -> int:
     params["data"] = str(Path(args.data).resolve()) if args.data else ""
     params["surfaces"] = [s for s in args.surfaces.split(",") if s] or list(SURFACES)
     started = time.perf_counter()
-    summary = run_gem_pipeline(args.workspace, **params)
+    run_gem_pipeline(args.workspace, **params)
     seconds = time.perf_counter() - started
     workspace = Path(args.workspace).resolve()
     print((workspace / "summary.md").read_text())
     print(f"pipeline finished in {seconds:.0f} s; summary: {workspace / 'summary.json'}")
     print(f"open the results:  .venv/bin/mlflow ui --backend-store-uri sqlite:///{workspace / 'mlflow.db'}")
-    summary["seconds"] = seconds
     (workspace / "run.json").write_text(json.dumps({"seconds": seconds, "params": params}, indent=2))
     return 0
 

@@ -137,9 +137,9 @@ def simulate_stage(out: str, preset: str, ctx: RunContext, overrides: list[str] 
     from gem.data.simulate import SimulatorConfig, simulate
 
     cfg = load_config(SimulatorConfig, section="simulator", preset=preset, overrides=overrides)
-    with stage(ctx, "simulate") as _:
-        import mlflow
+    import mlflow
 
+    with stage(ctx, "simulate"):
         mlflow.log_params({f"sim.{k}": v for k, v in flatten(cfg).items()})
         manifest = simulate(cfg, out)
         mlflow.log_metric("events", manifest.extra["events"])
