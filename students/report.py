@@ -90,6 +90,8 @@ def write_results(summary: dict, results: dict, latency: dict, cfg: ExperimentCo
         "student_p99_ms": latency.get("end_to_end", {}).get("p99_ms", float("nan")),
         "student_p50_ms": latency.get("end_to_end", {}).get("p50_ms", float("nan")),
         "student_score_only_p99_ms": latency.get("score_only", {}).get("p99_ms", float("nan")),
+        "student_p99_ms_online_items": latency.get("online_items", {}).get("end_to_end", {}).get("p99_ms", float("nan")),
+        "feast_sdk_fetch_p99_ms": latency.get("feast_sdk_fetch", {}).get("p99_ms", float("nan")),
         "student_flops_ratio": max(ratios) if ratios else float("nan"),
         "student_flops_ratio_by_method": {ds: res["flops_ratio"] for ds, res in results.items()},
         "seeds": list(cfg.seeds),

@@ -45,7 +45,9 @@ def main() -> None:
              for d in cfg.datasets}
     path = write_result("transfer", payload, sizes=sizes)
     rows = [("transfer_ratio (simulator, AUC)", payload["transfer_ratio"]),
-            ("student_p99_ms (Feast + score)", payload["student_p99_ms"]),
+            ("student_p99_ms (item table + Feast user + score)", payload["student_p99_ms"]),
+            ("student_p99_ms_online_items", payload["student_p99_ms_online_items"]),
+            ("feast_sdk_fetch_p99_ms (peer, reads only)", payload["feast_sdk_fetch_p99_ms"]),
             ("student_flops_ratio (max)", payload["student_flops_ratio"])]
     for ds, entry in payload["datasets"].items():
         for method, lifts in entry["methods"].items():
