@@ -33,6 +33,7 @@ from gem.features.feast_repo import apply, copy_repo, resolve_repo
 from gem.features.feast_sources import export
 from gem.features.plan import BuildPlan, dataset_days, day_start_us, to_us, window_days
 from gem.features.report import build_report, log_to_mlflow, read_report
+from gem.features.segments import FORMAT
 from gem.features.shards import DENSE_FEATURES, SPARSE_FEATURES, list_shards, read_stats
 from gem.features.jobs import shard_job, stage_job
 from gem.features.staging import group_days
@@ -41,7 +42,6 @@ from gem.features.vocab import VOCAB_DIR, VOCAB_NAMES, Vocabularies, build_vocab
 
 log = logging.getLogger(__name__)
 
-FORMAT = "gem-features/1"
 REPORT_FILE = "report.json"
 # bytes of one materialized sequence element: item int32, event_type/surface/is_ad/action
 # int8, age float32 -- the "plain" layout the shard layout is compared with

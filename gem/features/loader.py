@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
@@ -35,12 +33,13 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from gem.data.batch import Batch, FeatureSpec
 from gem.data.contract import MANIFEST
 from gem.features.jagged import ragged_arange
-from gem.features.shards import (
-    DENSE_FEATURES, EXAMPLES_FILE, HISTORY_FILE, HISTORY_LISTS, US_PER_S, dense_features,
+from gem.features.segments import (
+    BEFORE_COLUMNS, FORMAT, US_PER_S, SegmentCache, read_examples, read_segment,
 )
-from gem.features.staging import NO_CONVERSION
+from gem.features.shards import DENSE_FEATURES, dense_features
 from gem.features.storage import dir_bytes
 
+DEFAULT_CACHE_EVENTS = 8_000_000  # decoded history events kept per stream (~21 bytes each)
 STATE_KEYS = ("seed", "batch_size", "num_workers", "shuffle", "drop_last", "shards", "digest")
 
 
@@ -51,6 +50,9 @@ def read_manifest(features_dir: str | Path) -> dict:
     manifest = json.loads(path.read_text())
     if not str(manifest.get("format", "")).startswith("gem-features/"):
         raise ValueError(f"{path}: not a features manifest (format {manifest.get('format')!r})")
+    if manifest["format"] != FORMAT:
+        raise ValueError(f"{path}: features format {manifest['format']!r}, this code reads {FORMAT!r}; "
+                         "rebuild the features (`gem features build`)")
     return manifest
 
 
@@ -60,36 +62,61 @@ def load_feature_spec(features_dir: str | Path) -> FeatureSpec:
 
 @dataclass
 class ShardData:
-    """One shard in memory: example columns (B_shard,) and flat history columns (H,)."""
+    """One shard in memory: example columns (B_shard,) and its users' histories as flat
+    columns (H,): each user's stored events from every segment up to the shard's,
+    concatenated. An example's whole stored history is history[history_first:history_end]."""
 
     examples: dict[str, np.ndarray]
-    history: dict[str, np.ndarray]  # + "event_s": int64 event seconds (floored)
-    history_offsets: np.ndarray  # int64 (users + 1,)
+    history: dict[str, np.ndarray]  # item, event_type, surface, is_ad, click, conversion_time, event_s
 
 
-def read_shard(shard_dir: Path) -> ShardData:
-    examples = pq.read_table(shard_dir / EXAMPLES_FILE)
-    history = pq.read_table(shard_dir / HISTORY_FILE)
-    flat, offsets = {}, np.zeros(1, dtype=np.int64)
-    for name in HISTORY_LISTS:
-        column = history.column(name).combine_chunks()
-        off = column.offsets.to_numpy().astype(np.int64)
-        values = column.values.slice(off[0], off[-1] - off[0])
-        if name == "conversion_time":
-            values = pc.fill_null(values, NO_CONVERSION)
-        flat[name] = values.to_numpy(zero_copy_only=False)
-        offsets = off - off[0]
-    # event seconds: the row's first event plus the running sum of gaps inside the row
-    lengths = np.diff(offsets)
-    running = np.cumsum(flat["gap_s"], dtype=np.int64)
-    row_start = np.repeat(offsets[:-1], lengths)
-    first_s = history.column("first_event_s").to_numpy()
-    flat["event_s"] = np.repeat(first_s, lengths) + running - running[row_start] if len(running) else running
-    return ShardData(
-        examples={name: examples.column(name).to_numpy() for name in examples.column_names},
-        history=flat,
-        history_offsets=offsets,
-    )
+def read_shard(shard_dirs: list[Path], cache: SegmentCache | None = None) -> ShardData:
+    """The shard ``shard_dirs[-1]``; ``shard_dirs`` are the shards of its bucket up to it,
+    in day order, whose segments hold its users' histories."""
+    segments = [cache.get(d) if cache is not None else read_segment(d) for d in shard_dirs]
+    today = segments[-1]
+    ex = read_examples(shard_dirs[-1], today)
+    users = np.unique(ex["raw_user_id"])
+    # the rows of those users in every segment, ordered by (user, segment)
+    parts = []
+    for j, seg in enumerate(segments):
+        ids = seg.users["user_id"]
+        pos = np.minimum(np.searchsorted(users, ids), max(len(users) - 1, 0))
+        rows = np.flatnonzero(users[pos] == ids) if len(users) else np.zeros(0, dtype=np.int64)
+        start = seg.row_offsets[rows]
+        parts.append((pos[rows], np.full(len(rows), j), rows, start, seg.row_offsets[rows + 1] - start,
+                      np.stack([seg.users[c][rows] for c in BEFORE_COLUMNS]).astype(np.int64)))
+    user, seg_of, row, src, length = (np.concatenate([p[i] for p in parts]) for i in range(5))
+    before = np.concatenate([p[5] for p in parts], axis=1)
+    order = np.lexsort((seg_of, user))
+    user, seg_of, row, src, length, before = user[order], seg_of[order], row[order], src[order], length[order], \
+        before[:, order]
+    dest = np.concatenate([[0], np.cumsum(length)])
+    history = {name: np.empty(int(dest[-1]), dtype=values.dtype) for name, values in today.events.items()}
+    for j, seg in enumerate(segments):
+        sel = np.flatnonzero(seg_of == j)
+        from_idx, to_idx = ragged_arange(src[sel], length[sel]), ragged_arange(dest[sel], length[sel])
+        for name, values in history.items():
+            values[to_idx] = seg.events[name][from_idx]
+    if not len(users):
+        return ShardData(examples=ex, history=history)
+
+    first_entry = np.flatnonzero(np.concatenate([[True], user[1:] != user[:-1]]))
+    user_first = dest[first_entry]
+    events_before, ads_before, clicks_before = np.add.reduceat(before, first_entry, axis=1)  # on the run's first row
+    today_entry = np.zeros(len(today.users["user_id"]), dtype=np.int64)
+    today_entry[row[seg_of == len(segments) - 1]] = np.flatnonzero(seg_of == len(segments) - 1)
+    own = dest[:-1][today_entry[ex["row"]]] + ex["event"] - today.row_offsets[ex["row"]]
+    end = own - ex["ties"]
+    u = np.searchsorted(users, ex["raw_user_id"])
+    first = user_first[u]
+    is_ad = history["is_ad"].astype(np.int64)
+    cum_ad = np.concatenate([[0], np.cumsum(is_ad)])
+    cum_click = np.concatenate([[0], np.cumsum(is_ad * history["click"])])
+    ex.update(history_first=first, history_end=end, history_len=events_before[u] + end - first,
+              ad_impressions_before=ads_before[u] + cum_ad[end] - cum_ad[first],
+              ad_clicks_before=clicks_before[u] + cum_click[end] - cum_click[first])
+    return ShardData(examples=ex, history=history)
 
 
 def gather(spec: FeatureSpec, shard: ShardData, idx: np.ndarray) -> dict[str, np.ndarray]:
@@ -97,10 +124,8 @@ def gather(spec: FeatureSpec, shard: ShardData, idx: np.ndarray) -> dict[str, np
     sparse (B, F) int64, lengths (B,), sequence (K, T) int64, age (T,) float32,
     dense (B, D) float32, labels (B, 2) float32, surface (B,) int64, example_id (B,)."""
     ex, hist = shard.examples, shard.history
-    row = ex["history_row"][idx]
-    first = shard.history_offsets[row]
-    end = first + ex["history_end"][idx].astype(np.int64)
-    start = np.maximum(first, end - spec.max_seq_len)
+    end = ex["history_end"][idx]
+    start = np.maximum(ex["history_first"][idx], end - spec.max_seq_len)
     lengths = end - start
     g = ragged_arange(start, lengths)
     t_us = ex["event_time"][idx]
@@ -171,7 +196,8 @@ class FeatureLoader:
     """Iterable of Batch over the shards of ``features_dir`` (see module docstring)."""
 
     def __init__(self, features_dir: str | Path, *, batch_size: int, shuffle: bool = True, seed: int = 0,
-                 num_workers: int = 0, shards: list[str] | None = None, drop_last: bool = False):
+                 num_workers: int = 0, shards: list[str] | None = None, drop_last: bool = False,
+                 cache_events: int = DEFAULT_CACHE_EVENTS):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if num_workers < 0:
@@ -184,7 +210,14 @@ class FeatureLoader:
         unknown = [n for n in names if n not in entries]
         if unknown:
             raise ValueError(f"{self.features_dir / MANIFEST}: unknown shard(s) {unknown[:5]}")
-        for name in names:
+        # a shard's examples read their users' histories from the segments of the earlier
+        # shards of their bucket: shard -> the shards of its bucket up to it, in day order
+        by_bucket: dict[int, list[dict]] = {}
+        for entry in sorted(entries.values(), key=lambda e: e["day"]):
+            by_bucket.setdefault(entry["bucket"], []).append(entry)
+        self._chains = {e["name"]: [x["name"] for x in chain[:i + 1]]
+                        for chain in by_bucket.values() for i, e in enumerate(chain)}
+        for name in sorted({d for n in names for d in self._chains[n]}):
             directory = self.features_dir / "shards" / name
             if not directory.is_dir() or dir_bytes(directory) != entries[name]["bytes"]:
                 raise ValueError(f"{directory}: missing or changed since the manifest was written")
@@ -192,7 +225,7 @@ class FeatureLoader:
         self.shard_names = names
         self._counts = np.array([entries[n]["examples"] for n in names], dtype=np.int64)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
-        self.num_workers, self.drop_last = num_workers, drop_last
+        self.num_workers, self.drop_last, self.cache_events = num_workers, drop_last, cache_events
         self.epoch, self._position = 0, 0
 
     @property
@@ -244,12 +277,14 @@ class FeatureLoader:
     def _iter_stream(self, epoch: int, stream: int, skip_batches: int) -> Iterator[dict[str, np.ndarray]]:
         skip = skip_batches * self.batch_size
         parts, pending = [], 0
+        cache = SegmentCache(self.cache_events)
         for shard in self._stream_shards(epoch, stream):
             n = int(self._counts[shard])
-            if skip >= n:  # consumed before a resume: not even read
+            if skip >= n:  # consumed before a resume (or empty): not even read
                 skip -= n
                 continue
-            data = read_shard(self.features_dir / "shards" / self.shard_names[shard])
+            chain = self._chains[self.shard_names[shard]]
+            data = read_shard([self.features_dir / "shards" / name for name in chain], cache)
             order = self._example_order(epoch, shard)[skip:]
             skip = 0
             pos = 0

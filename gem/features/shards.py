@@ -1,52 +1,56 @@
-"""One shard = the examples of one (user bucket, UTC day) plus their users' histories.
+"""One shard = the examples of one (user bucket, UTC day) plus the day's history *segment*.
 
-Layout of ``OUT/shards/b003-2026-01-05/`` (``days_per_shard`` > 1: the period's first day):
+What is stored: every user with an example in the window keeps one run of consecutive
+events, from ``max_seq_len`` events before the history end of their first example up
+to their last example (the example events included: an example reads its item,
+surface, click and event second from its own event). Each stored event goes to the
+segment of the shard whose period holds its time; the window's first shard also takes
+the stored events from before the window (the *base*). So an event is stored once in
+the whole window, however many days of examples refer to it. Files: segments.py.
 
-- ``examples.parquet``, one row per example (impression), ordered by (user, time,
-  event_id): ``example_id``, ``event_time`` (us), ``surface`` (index into SURFACES),
-  ``click``, ``conversion``, ``history_row`` and ``history_end`` (the reference into
-  history.parquet), ``history_len`` (full history length before truncation),
-  ``ad_impressions_before`` and ``ad_clicks_before`` (over the full history), one int32
-  column per sparse feature. Dense features are computed from these by the loader.
-- ``history.parquet``, one row per user of the shard: ``user_id``, ``first_event_s``
-  and list columns ``item`` (dense id), ``event_type``, ``surface``, ``is_ad``,
-  ``click``, ``conversion_time`` (us, null without conversion), ``gap_s`` (whole
-  seconds since the row's previous event; event seconds are floored, so an age computed
-  from them is never smaller than the true age): the user's events in (time,
-  event_id) order, stored once, covering every example of the shard: from
-  ``max_seq_len`` events before the user's first example up to the user's last one.
-- ``stats.json``: counts and histograms for the validation report.
+An example's sequence is the last ``max_seq_len`` events before its own event (events
+at the same microsecond excluded, see docs) in the user's run, i.e. in the user's rows
+of the segments of its bucket up to its own period (loader.py reads them), and
+``history_len`` / ad counts are over the user's full history (the run's first row
+carries the counts of the events before it).
 
-An example's sequence is ``history[history_row][max(0, history_end - max_seq_len):history_end]``:
-the events strictly before its event_time (same-time events excluded, see docs).
+Building shard (b, d) reads bucket b's staged events up to the window end in a few
+columns (every user's stored run; kept per process for the bucket's next shard) and
+all columns of the period's events only. Shards stay independent (any order, any
+process), atomic (hidden temp dir + rename) and byte-identical on rebuild.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from gem.data.contract import ITEM_ATTRIBUTES, SURFACES, USER_ATTRIBUTES
-from gem.features.jagged import ragged_arange, run_starts
+from gem.features.jagged import run_starts
 from gem.features.plan import BuildPlan, ShardKey
+from gem.features.segments import (
+    ATTRIBUTE_FEATURES, ENCODINGS, EXAMPLES_FILE, HISTORY_FILE, STATS_FILE, US_PER_S, USERS_FILE, pack_codes,
+    ref_second,
+)
 from gem.features.staging import ATTRIBUTE_COLUMNS, NO_CONVERSION, read_staged
 from gem.features.storage import atomic_dir, dumps, write_parquet
 from gem.features.vocab import Vocabularies
 
-SPARSE_FEATURES = ("user_id", "item_id", *(f"user_{a}" for a in USER_ATTRIBUTES),
-                   *(f"item_{a}" for a in ITEM_ATTRIBUTES))
+SPARSE_FEATURES = ("user_id", "item_id", *ATTRIBUTE_FEATURES)
 DENSE_FEATURES = ("log_history_len", "log_seconds_since_last_event", "hour_of_day_sin", "hour_of_day_cos",
                   "user_prior_ad_ctr", "log_user_prior_ad_impressions")
-HISTORY_LISTS = ("item", "event_type", "surface", "is_ad", "click", "conversion_time", "gap_s")
-EXAMPLES_FILE, HISTORY_FILE, STATS_FILE = "examples.parquet", "history.parquet", "stats.json"
-US_PER_S = 1_000_000
-STAGED_FOR_SHARDS = ["user_id", "item", "event_id", "event_time", "is_ad", "surface", "event_type", "click",
-                     "conversion", "conversion_time", "example", *ATTRIBUTE_COLUMNS]
+# the bucket's whole history is read in these columns; the period's events in all
+INDEX_COLUMNS = ["user_id", "event_time", "event_id", "example", "is_ad", "click", "item"]
+PERIOD_COLUMNS = ["user_id", "event_time", "event_id", "surface", "event_type", "conversion", "conversion_time",
+                  *ATTRIBUTE_COLUMNS]
+_INT32 = np.iinfo(np.int32)
 
 _vocab_cache: dict[str, Vocabularies] = {}
+_index_cache: dict[tuple, "BucketIndex"] = {}  # the last bucket indexed by this process
 
 
 def list_shards(plan: BuildPlan) -> list[ShardKey]:
@@ -82,94 +86,144 @@ def _sort_by_user(h: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return h
 
 
+def _read_sorted(plan: BuildPlan, bucket: int, groups: list[int], columns: list[str], *, before_us: int,
+                 from_us: int | None = None) -> dict[str, np.ndarray]:
+    h = read_staged(plan, bucket, groups, before_us=before_us, from_us=from_us, columns=columns)
+    return _sort_by_user(h) if h else _empty_staged(columns)
+
+
 def select_examples(plan: BuildPlan, day: str, h: dict[str, np.ndarray]) -> np.ndarray:
     """bool (n,): rows of ``h`` that are examples of the shard period starting at ``day``."""
     lo, hi = plan.period_us(day)
     return h["example"] & (h["event_time"] >= lo) & (h["event_time"] < hi)
 
 
+@dataclass
+class BucketIndex:
+    """A bucket's staged events up to the window end, (user, time, event_id) ordered, in
+    INDEX_COLUMNS, with every user's stored run [stored_from, stored_to] (n, -1: none)."""
+
+    h: dict[str, np.ndarray]
+    user_start: np.ndarray  # int64 (n,): the user's first event
+    tie_start: np.ndarray  # int64 (n,): first event at the same (user, event_time)
+    stored_from: np.ndarray  # int64 (n,), per event: its user's first stored event
+    stored_to: np.ndarray  # int64 (n,), per event: its user's last stored event (last example)
+
+    def stored(self, rows: np.ndarray) -> np.ndarray:
+        return (rows >= self.stored_from[rows]) & (rows <= self.stored_to[rows])
+
+
+def index_bucket(plan: BuildPlan, bucket: int) -> BucketIndex:
+    groups = plan.groups_until(plan.window_end_us)
+    files = [plan.staging_file(bucket, g) for g in groups]
+    key = (plan.out_dir, plan.data_dir, bucket, plan.window_start_us, plan.window_end_us, plan.max_seq_len,
+           plan.include_organic, tuple((f.stat().st_mtime_ns, f.stat().st_size) for f in files))
+    if key not in _index_cache:
+        _index_cache.clear()
+        h = _read_sorted(plan, bucket, groups, INDEX_COLUMNS, before_us=plan.window_end_us)
+        _index_cache[key] = _index(h, plan.max_seq_len)
+    return _index_cache[key]
+
+
+def _index(h: dict[str, np.ndarray], n_max: int) -> BucketIndex:
+    user, n = h["user_id"], len(h["user_id"])
+    idx = np.arange(n, dtype=np.int64)
+    start, tie = run_starts(user), run_starts(user, h["event_time"])
+    run = np.cumsum(start == idx) - 1
+    ex = np.flatnonzero(h["example"])
+    with_examples, first = np.unique(run[ex], return_index=True)
+    last = np.concatenate([first[1:], [len(ex)]]).astype(np.int64) - 1
+    runs = int(run[-1]) + 1 if n else 0
+    lo, hi = np.full(runs, n, dtype=np.int64), np.full(runs, -1, dtype=np.int64)
+    lo[with_examples] = np.maximum(start[ex[first]], tie[ex[first]] - n_max)
+    hi[with_examples] = ex[last]
+    return BucketIndex(h=h, user_start=start, tie_start=tie, stored_from=lo[run], stored_to=hi[run])
+
+
 def build_shard(plan: BuildPlan, key: ShardKey) -> dict:
     """Build one shard atomically; returns its stats (also written to stats.json)."""
     vocab = _vocab(plan)
+    index = index_bucket(plan, key.bucket)
     lo, hi = plan.period_us(key.day)
-    groups = plan.groups_until(hi)
-    period_groups = plan.groups_overlapping(lo, hi)
-    today = read_staged(plan, key.bucket, period_groups, before_us=hi,
-                        columns=["user_id", "event_time", "example"]) if period_groups else {}
-    users = np.unique(today["user_id"][select_examples(plan, key.day, today)]) if today else np.zeros(0, np.int64)
-    h = read_staged(plan, key.bucket, groups, before_us=hi, columns=STAGED_FOR_SHARDS) if len(users) else {}
-    if h:
-        keep = np.isin(h["user_id"], users)
-        h = _sort_by_user({k: v[keep] for k, v in h.items()})
-    else:
-        h = _empty_staged()
-    examples, history, stats = _assemble(plan, key, vocab, h)
+    first_period = key.day == plan.example_days[0]
+    t = index.h["event_time"]
+    in_period = np.flatnonzero((t < hi) if first_period else (t >= lo) & (t < hi))
+    period = _read_period(plan, key.bucket, None if first_period else lo, hi, index.h["event_id"][in_period])
+    keep = index.stored(in_period)
+    examples, history, users, stats = _assemble(plan, key, vocab, index, in_period[keep],
+                                                {k: v[keep] for k, v in period.items()})
     with atomic_dir(plan.shards_dir / key.name) as tmp:
-        write_parquet(examples, tmp / EXAMPLES_FILE)
-        write_parquet(history, tmp / HISTORY_FILE)
+        write_parquet(examples, tmp / EXAMPLES_FILE, ENCODINGS[EXAMPLES_FILE])
+        write_parquet(history, tmp / HISTORY_FILE, ENCODINGS[HISTORY_FILE])
+        write_parquet(users, tmp / USERS_FILE, ENCODINGS[USERS_FILE])
         (tmp / STATS_FILE).write_text(dumps(stats))
     return stats
 
 
-def _assemble(plan: BuildPlan, key: ShardKey, vocab: Vocabularies, h: dict[str, np.ndarray]):
-    n_max = plan.max_seq_len
-    user, t = h["user_id"], h["event_time"]
-    seg_start = run_starts(user)
-    ex = np.flatnonzero(select_examples(plan, key.day, h))
-    end = run_starts(user, t)[ex]  # first event at the impression's time: strictly-before cut
-    first = seg_start[ex]
-    # one history row per user: [max(first, first example end - N), last example end)
-    new_user = np.ones(len(ex), dtype=bool)
-    new_user[1:] = user[ex][1:] != user[ex][:-1]
-    row = np.cumsum(new_user) - 1
-    starts_idx = np.flatnonzero(new_user)
-    last_idx = np.concatenate([starts_idx[1:], [len(ex)]])[: len(starts_idx)].astype(np.int64) - 1
-    lo = np.maximum(first[starts_idx], end[starts_idx] - n_max)
-    hi = end[last_idx]
-    history = _history_table(h, user[ex][starts_idx], lo, hi)
+def _read_period(plan: BuildPlan, bucket: int, lo: int | None, hi: int, event_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """All PERIOD_COLUMNS of the staged events in [lo, hi), aligned with ``event_ids``
+    (the same events in the index). Reads the groups holding the period's days, or
+    every group when an event was filed under another day."""
+    likely = plan.groups_until(hi) if lo is None else plan.groups_overlapping(lo, hi)
+    for groups in (likely, plan.groups_until(plan.window_end_us)):
+        h = _read_sorted(plan, bucket, groups, PERIOD_COLUMNS, before_us=hi, from_us=lo)
+        if np.array_equal(h["event_id"], event_ids):
+            return h
+    raise RuntimeError(f"{plan.staging_dir}: bucket {bucket}'s staged events changed during the build")
 
-    is_ad = h["is_ad"].astype(np.int64)
-    cum_ad = np.concatenate([[0], np.cumsum(is_ad)])
-    cum_click = np.concatenate([[0], np.cumsum(is_ad * h["click"])])
-    sparse = {"user_id": vocab.ids("user_id", user[ex]), "item_id": h["item"][ex].astype(np.int32)}
-    sparse.update({f"user_{a}": h[f"attr_{a}"][ex] for a in USER_ATTRIBUTES})
-    sparse.update({f"item_{a}": h[f"attr_{a}"][ex] for a in ITEM_ATTRIBUTES})
-    examples = pa.table({
-        "example_id": h["event_id"][ex],
-        "event_time": t[ex],
-        "surface": np.maximum(h["surface"][ex].astype(np.int8) - 1, 0).astype(np.int8),
-        "click": h["click"][ex],
-        "conversion": h["conversion"][ex],
-        "history_row": row.astype(np.int32),
-        "history_end": (end - lo[row]).astype(np.int32),
-        "history_len": (end - first).astype(np.int32),
-        "ad_impressions_before": (cum_ad[end] - cum_ad[first]).astype(np.int32),
-        "ad_clicks_before": (cum_click[end] - cum_click[first]).astype(np.int32),
-        **{name: sparse[name] for name in SPARSE_FEATURES},
+
+def _assemble(plan: BuildPlan, key: ShardKey, vocab: Vocabularies, index: BucketIndex, seg: np.ndarray,
+              period: dict[str, np.ndarray]):
+    """Tables of the shard: ``seg`` (m,) are the index rows of its segment's events and
+    ``period`` their period columns."""
+    h = index.h
+    user, t = h["user_id"][seg], h["event_time"][seg]
+    new_row = np.ones(len(seg), dtype=bool)
+    new_row[1:] = user[1:] != user[:-1]
+    row_first = np.flatnonzero(new_row)
+    g = seg[row_first]
+    ustart = index.user_start[g]
+    holds_first = g == index.stored_from[g]  # the row starts the user's stored run
+    cum_ad = np.concatenate([[0], np.cumsum(h["is_ad"], dtype=np.int64)])
+    cum_click = np.concatenate([[0], np.cumsum(h["is_ad"].astype(np.int64) * h["click"])])
+    users = pa.table({
+        "user_id": user[row_first],
+        "user": vocab.ids("user_id", user[row_first]),
+        "events": np.diff(np.concatenate([row_first, [len(seg)]])).astype(np.int32),
+        "events_before": np.where(holds_first, g - ustart, 0).astype(np.int32),
+        "ad_impressions_before": np.where(holds_first, cum_ad[g] - cum_ad[ustart], 0).astype(np.int32),
+        "ad_clicks_before": np.where(holds_first, cum_click[g] - cum_click[ustart], 0).astype(np.int32),
     })
-    stats = _stats(plan, key, examples, h, first, end, int((hi - lo).sum()))
-    return examples, history, stats
 
-
-def _history_table(h: dict[str, np.ndarray], users: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> pa.Table:
-    gather = ragged_arange(lo, hi - lo)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int32))
-    seconds = h["event_time"][gather] // US_PER_S
-    gaps = np.diff(seconds, prepend=seconds[:1]) if len(seconds) else seconds
-    row_first = np.concatenate([[0], np.cumsum(hi - lo)[:-1]]).astype(np.int64)
-    nonempty = hi > lo
-    gaps[row_first[nonempty]] = 0
-    first_s = np.zeros(len(users), dtype=np.int64)
-    first_s[nonempty] = seconds[row_first[nonempty]]
-    conversion = h["conversion_time"][gather]
-    lists = {
-        "item": h["item"][gather], "event_type": h["event_type"][gather], "surface": h["surface"][gather],
-        "is_ad": h["is_ad"][gather], "click": h["click"][gather],
+    seconds = t // US_PER_S
+    gap = np.diff(seconds, prepend=seconds[:1]) if len(seconds) else seconds
+    gap[row_first] = seconds[row_first] - ref_second(key.day)
+    if len(gap) and (gap.min() < _INT32.min or gap.max() > _INT32.max):
+        raise ValueError(f"shard {key.name}: an event more than 68 years from its day cannot be stored")
+    conversion = period["conversion_time"]
+    history = pa.table({
+        "item": h["item"][seg].astype(np.int32),
+        "code": pack_codes(period["event_type"], period["surface"], h["is_ad"][seg], h["click"][seg]),
+        "gap_s": gap.astype(np.int32),
         "conversion_time": pa.array(conversion, mask=conversion == NO_CONVERSION),
-        "gap_s": gaps.astype(np.int32),
-    }
-    return pa.table({"user_id": users, "first_event_s": first_s,
-                     **{k: pa.ListArray.from_arrays(offsets, pa.array(v)) for k, v in lists.items()}})
+    })
+
+    own = np.flatnonzero(select_examples(plan, key.day, {"example": h["example"][seg], "event_time": t}))
+    ex = seg[own]
+    attributes = {name: period[f"attr_{name.split('_', 1)[1]}"][own] for name in ATTRIBUTE_FEATURES}
+    examples = pa.table({
+        "event": own.astype(np.int32),
+        "ties": (ex - index.tie_start[ex]).astype(np.int32),
+        "time_us": (t[own] % US_PER_S).astype(np.int32),
+        "example_id": h["event_id"][ex],
+        "conversion": period["conversion"][own],
+        **attributes,
+    })
+    columns = {"surface": np.maximum(period["surface"][own] - 1, 0), "click": h["click"][ex],
+               "conversion": period["conversion"][own], "user_id": vocab.ids("user_id", user[own]),
+               "item_id": h["item"][ex], **attributes}
+    stats = _stats(plan, key, columns, h, index.user_start[ex], index.tie_start[ex], len(seg))
+    return examples, history, users, stats
 
 
 def dense_features(event_time_us: np.ndarray, history_len: np.ndarray, last_event_s: np.ndarray,
@@ -188,15 +242,13 @@ def dense_features(event_time_us: np.ndarray, history_len: np.ndarray, last_even
     ], axis=1).astype(np.float32)
 
 
-def _stats(plan: BuildPlan, key: ShardKey, examples: pa.Table, h, first, end, stored: int) -> dict:
+def _stats(plan: BuildPlan, key: ShardKey, examples: dict[str, np.ndarray], h, first, end, stored: int) -> dict:
     n_max = plan.max_seq_len
     full = end - first
     used = np.minimum(full, n_max)
     unknown_item = np.concatenate([[0], np.cumsum(h["item"] == 0)])
     seq_unknown = int((unknown_item[end] - unknown_item[end - used]).sum())
-    surface = examples.column("surface").to_numpy()
-    click = examples.column("click").to_numpy()
-    conversion = examples.column("conversion").to_numpy()
+    surface, click, conversion = examples["surface"], examples["click"], examples["conversion"]
     by_surface = {}
     for i, name in enumerate(SURFACES):
         sel = surface == i
@@ -204,25 +256,25 @@ def _stats(plan: BuildPlan, key: ShardKey, examples: pa.Table, h, first, end, st
                             "conversions": int(conversion[sel].sum())}
     return {
         "shard": key.name,
-        "examples": int(examples.num_rows),
+        "examples": int(len(surface)),
         "history_events_stored": int(stored),
         "sequence_elements": int(used.sum()),
         "truncated": int((full > n_max).sum()),
         "length_bins": length_bins(n_max),
         "length_hist": np.histogram(used, bins=length_bins(n_max))[0].astype(int).tolist(),
-        "unknown": {name: int((examples.column(name).to_numpy() == 0).sum()) for name in SPARSE_FEATURES},
+        "unknown": {name: int((examples[name] == 0).sum()) for name in SPARSE_FEATURES},
         "sequence_item_unknown": seq_unknown,
         "labels_by_surface": by_surface,
     }
 
 
-def _empty_staged() -> dict[str, np.ndarray]:
+def _empty_staged(columns: list[str]) -> dict[str, np.ndarray]:
     h = {c: np.zeros(0, dtype=np.int64) for c in ("user_id", "item_raw", "event_id", "event_time", "conversion_time")}
     h.update({c: np.zeros(0, dtype=np.int8) for c in ("is_ad", "surface", "event_type", "click", "conversion")})
     h["item"] = np.zeros(0, dtype=np.int32)
     h["example"] = np.zeros(0, dtype=bool)
     h.update({f"attr_{a}": np.zeros(0, dtype=np.int32) for a in USER_ATTRIBUTES + ITEM_ATTRIBUTES})
-    return h
+    return {c: h[c] for c in columns}
 
 
 def read_stats(shard_dir: Path) -> dict:

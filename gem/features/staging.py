@@ -162,12 +162,12 @@ def example_mask(plan: BuildPlan, columns: dict[str, np.ndarray]) -> np.ndarray:
 ATTRIBUTE_COLUMNS = tuple(f"attr_{a}" for a in USER_ATTRIBUTES + ITEM_ATTRIBUTES)
 
 
-def read_staged(plan: BuildPlan, bucket: int, groups: list[int], *, before_us: int,
+def read_staged(plan: BuildPlan, bucket: int, groups: list[int], *, before_us: int, from_us: int | None = None,
                 columns: list[str] | None = None) -> dict[str, np.ndarray]:
-    """The staged events of one bucket in ``groups`` (in order) with event_time <
-    ``before_us``, as numpy columns (all, or ``columns``)."""
-    tables = [pq.read_table(plan.staging_file(bucket, g), columns=columns, filters=[("event_time", "<", before_us)])
-              for g in groups]
+    """The staged events of one bucket in ``groups`` (in order) with ``from_us`` <=
+    event_time < ``before_us``, as numpy columns (all, or ``columns``)."""
+    filters = [("event_time", "<", before_us)] + ([("event_time", ">=", from_us)] if from_us is not None else [])
+    tables = [pq.read_table(plan.staging_file(bucket, g), columns=columns, filters=filters) for g in groups]
     if not tables:
         return {}
     table = pa.concat_tables(tables)

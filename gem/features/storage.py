@@ -20,10 +20,15 @@ import pyarrow.parquet as pq
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=False)
 
 
-def write_parquet(table: pa.Table, path: Path) -> None:
+def write_parquet(table: pa.Table, path: Path, encodings: dict[str, str] | None = None) -> None:
     """Plain write (callers write inside a temp directory); fixed options, so the same
-    table always gives the same bytes."""
-    pq.write_table(table, path, **PARQUET_OPTIONS)
+    table always gives the same bytes. ``encodings``: column -> Parquet encoding (e.g.
+    DELTA_BINARY_PACKED) for columns that compress better without a dictionary."""
+    options = dict(PARQUET_OPTIONS)
+    if encodings:
+        options.update(use_dictionary=[c for c in table.column_names if c not in encodings],
+                       column_encoding={c: e for c, e in encodings.items() if c in table.column_names})
+    pq.write_table(table, path, **options)
 
 
 def write_parquet_atomic(table: pa.Table, path: Path) -> None:

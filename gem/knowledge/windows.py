@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from gem.data.contract import parse_utc
 from gem.features.loader import read_manifest
-from gem.features.shards import EXAMPLES_FILE, HISTORY_FILE
+from gem.features.segments import read_examples, read_segment
 from gem.features.vocab import Vocabularies
 
 KEY_COLUMNS = ("example_id", "user_id", "item_id", "surface", "event_timestamp")
@@ -57,12 +56,10 @@ def example_keys(features_dir: str | Path, shards: list[str] | None = None) -> p
     frames = []
     for name in names:
         shard = features_dir / "shards" / name
-        frame = pq.read_table(shard / EXAMPLES_FILE,
-                              columns=["example_id", "item_id", "surface", "event_time", "history_row"]).to_pandas()
-        # examples hold dense ids; the raw user id is on the example's history row
-        users = pq.read_table(shard / HISTORY_FILE, columns=["user_id"]).column("user_id").to_numpy()
-        frame["user_id"] = users[frame["history_row"].to_numpy()]
-        frames.append(frame)
+        # examples hold dense ids; the raw user id is on the user row of the example's own event
+        ex = read_examples(shard, read_segment(shard))
+        frames.append(pd.DataFrame({"example_id": ex["example_id"], "item_id": ex["item_id"], "surface": ex["surface"],
+                                    "event_time": ex["event_time"], "user_id": ex["raw_user_id"]}))
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in KEY_COLUMNS})
     df = pd.concat(frames, ignore_index=True)

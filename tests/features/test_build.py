@@ -14,8 +14,9 @@ from gem.features import shards as shards_module
 from gem.features import storage
 from gem.features.build import build_features, finalize_build, prepare_build
 from gem.features.loader import FeatureLoader, load_feature_spec
+from gem.features.segments import SHARD_FILES
 from gem.features.shards import build_shard, list_shards
-from tests.features.conftest import collect, tiny_cfg
+from tests.features.conftest import collect, raw_events, tiny_cfg
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
@@ -50,24 +51,24 @@ def test_an_interrupted_build_leaves_no_shard_and_no_manifest(conv_dataset, tmp_
     original = shards_module.write_parquet
     calls = {"n": 0}
 
-    def failing_write(table, path):
+    def failing_write(table, path, encodings=None):
         calls["n"] += 1
-        if calls["n"] == 4:  # the history file of the second shard
+        if calls["n"] == 5:  # the history file of the second shard
             raise KeyboardInterrupt("simulated kill")
-        original(table, path)
+        original(table, path, encodings)
 
     monkeypatch.setattr(shards_module, "write_parquet", failing_write)
     with pytest.raises(KeyboardInterrupt):
         build_features(conv_dataset, out, tiny_cfg(max_seq_len=16))
-    assert calls["n"] == 4
+    assert calls["n"] == 5
     assert not (out / MANIFEST).exists()
     leftovers = [p.name for p in (out / "shards").iterdir() if p.name.startswith(".")]
     assert leftovers == [], "a temp shard directory survived the interruption"
     with pytest.raises(FileNotFoundError, match="not a finished features build"):
         FeatureLoader(out, batch_size=8)
-    # every visible shard is whole: readable, with its three files
+    # every visible shard is whole: readable, with all its files
     for shard in (out / "shards").iterdir():
-        assert sorted(p.name for p in shard.iterdir()) == ["examples.parquet", "history.parquet", "stats.json"]
+        assert sorted(p.name for p in shard.iterdir()) == list(SHARD_FILES)
         pq.read_table(shard / "history.parquet")
     # a SIGKILL leaves a hidden temp dir behind; the next build removes it
     killed = out / "shards" / ".b000-2026-01-02.tmp-99999"
@@ -192,10 +193,26 @@ def test_multi_day_shards_hold_the_same_examples_and_sequences(conv_dataset, con
     assert [s["day"] for s in manifest["shards"][:2]] == ["2026-01-01", "2026-01-03"]
     daily = json.loads((conv_features / MANIFEST).read_text())
     assert manifest["counts"]["examples"] == daily["counts"]["examples"]
-    assert manifest["counts"]["history_events_stored"] < daily["counts"]["history_events_stored"]
+    # each event is stored in the segment of its own period, whatever the period length
+    assert manifest["counts"]["history_events_stored"] == daily["counts"]["history_events_stored"]
     a = collect(FeatureLoader(out, batch_size=256, shuffle=False))
     b = collect(FeatureLoader(conv_features, batch_size=256, shuffle=False))
     assert sorted(a) == sorted(b)
     for eid in list(a)[::7]:
         for key, value in a[eid].items():
             np.testing.assert_array_equal(value, b[eid][key], err_msg=f"{eid} {key}")
+
+
+def test_history_is_carried_across_day_shards_not_stored_again(conv_dataset, conv_features, tmp_path):
+    events = raw_events(conv_dataset)
+    daily = json.loads((conv_features / MANIFEST).read_text())
+    assert len(daily["shards"]) == 8  # 2 buckets x 4 days, every user active on most days
+    assert 0.8 * len(events) < daily["counts"]["history_events_stored"] <= len(events)
+    # a later window: its events plus at most max_seq_len earlier events per user (the base)
+    late = build_features(conv_dataset, tmp_path / "late", tiny_cfg(max_seq_len=16), window_start="2026-01-03")
+    start_us = 1767398400 * 1_000_000  # 2026-01-03
+    in_window = events["event_time"] >= start_us
+    users = events.loc[in_window & events["is_ad"], "user_id"].nunique()
+    stored = late["counts"]["history_events_stored"]
+    assert int(in_window.sum()) < stored <= int(in_window.sum()) + 16 * users
+    assert stored - int(in_window.sum()) > 2 * users  # the base is there

@@ -100,3 +100,15 @@ def test_state_from_other_settings_is_refused(conv_features):
     state = FeatureLoader(conv_features, batch_size=40, seed=5).state_dict()
     with pytest.raises(ValueError, match="batch_size"):
         FeatureLoader(conv_features, batch_size=41, seed=5).load_state_dict(state)
+
+
+def test_later_shards_alone_and_a_tiny_segment_cache_give_the_same_examples(conv_features):
+    from tests.features.conftest import collect
+
+    full = collect(FeatureLoader(conv_features, batch_size=256, shuffle=False))
+    late = [s["name"] for s in FeatureLoader(conv_features, batch_size=8).manifest["shards"] if s["day"] >= "2026-01-03"]
+    alone = collect(FeatureLoader(conv_features, batch_size=256, seed=2, shards=late, cache_events=0))
+    assert 0 < len(alone) < len(full)
+    for eid in alone:
+        for key, value in alone[eid].items():
+            np.testing.assert_array_equal(value, full[eid][key], err_msg=f"{eid} {key}")
