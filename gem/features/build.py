@@ -9,7 +9,7 @@
     OUT/manifest.json   FeatureSpec, window, shards (+sha256), counts, bytes, digest
     OUT/report.json     validation report (see report.py)
     OUT/vocab/*.parquet vocabularies (id = 1 + row)
-    OUT/shards/<bucket>-<day>/{examples,history}.parquet, stats.json
+    OUT/shards/<bucket>-<day>/{examples,history,users}.parquet, stats.json (segments.py)
 
 The manifest is removed when a build starts and written last: a directory without
 one is an unfinished build and the loader refuses it.

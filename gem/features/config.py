@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class FeaturesConfig:
     max_seq_len: int = 1024  # last-N history events per example (the loader truncates to this)
     num_buckets: int = 8  # user hash buckets; shards are (bucket, UTC day)
-    days_per_shard: int = 1  # >1: (bucket, period of days) shards, less history stored twice
+    days_per_shard: int = 1  # >1: (bucket, period of days) shards: fewer, larger files
     include_organic: bool = False  # also emit an example for every organic event
     min_count: int = 1  # user/item ids seen fewer times before the window end map to 0
     vocab_from: str = ""  # a previous features dir whose vocabularies are reused

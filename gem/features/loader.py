@@ -8,13 +8,18 @@ Order of an epoch (seed, epoch, num_workers fixed => the same batches in the sam
   only the stream's last batch can be short, dropped when ``drop_last``);
 - batches are emitted round-robin over the streams that still have batches.
 num_workers=0 reads the single stream in-process; num_workers=1 gives the same order.
-Each worker process owns one stream, so every shard is read once per epoch.
+Each worker process owns one stream, so every shard's examples are read once per epoch.
+
+Histories are carried across the shards of a bucket (see shards.py): reading shard
+(b, d) also reads the history segments of the shards (b, <= d); each stream keeps the
+decoded segments in an LRU cache (``cache_events``).
 
 ``state_dict()`` records (epoch, batches already yielded); after ``load_state_dict``
 iteration resumes with exactly the remaining batches, skipping consumed shards
 without reading them.
 
-Sequence of one example: ``history[row][max(0, end - max_seq_len):end]``, see shards.py.
+Sequence of one example: the last ``max_seq_len`` events before its own event (same-time
+ties excluded) in its user's rows of those segments, concatenated; see segments.py.
 """
 
 from __future__ import annotations
@@ -34,12 +39,12 @@ from gem.data.batch import Batch, FeatureSpec
 from gem.data.contract import MANIFEST
 from gem.features.jagged import ragged_arange
 from gem.features.segments import (
-    BEFORE_COLUMNS, FORMAT, US_PER_S, SegmentCache, read_examples, read_segment,
+    BEFORE_COLUMNS, FORMAT, US_PER_S, Segment, SegmentCache, read_examples, read_segment,
 )
 from gem.features.shards import DENSE_FEATURES, dense_features
 from gem.features.storage import dir_bytes
 
-DEFAULT_CACHE_EVENTS = 8_000_000  # decoded history events kept per stream (~21 bytes each)
+DEFAULT_CACHE_EVENTS = 4_000_000  # decoded history events kept per stream (24 bytes each)
 STATE_KEYS = ("seed", "batch_size", "num_workers", "shuffle", "drop_last", "shards", "digest")
 
 
@@ -77,20 +82,7 @@ def read_shard(shard_dirs: list[Path], cache: SegmentCache | None = None) -> Sha
     today = segments[-1]
     ex = read_examples(shard_dirs[-1], today)
     users = np.unique(ex["raw_user_id"])
-    # the rows of those users in every segment, ordered by (user, segment)
-    parts = []
-    for j, seg in enumerate(segments):
-        ids = seg.users["user_id"]
-        pos = np.minimum(np.searchsorted(users, ids), max(len(users) - 1, 0))
-        rows = np.flatnonzero(users[pos] == ids) if len(users) else np.zeros(0, dtype=np.int64)
-        start = seg.row_offsets[rows]
-        parts.append((pos[rows], np.full(len(rows), j), rows, start, seg.row_offsets[rows + 1] - start,
-                      np.stack([seg.users[c][rows] for c in BEFORE_COLUMNS]).astype(np.int64)))
-    user, seg_of, row, src, length = (np.concatenate([p[i] for p in parts]) for i in range(5))
-    before = np.concatenate([p[5] for p in parts], axis=1)
-    order = np.lexsort((seg_of, user))
-    user, seg_of, row, src, length, before = user[order], seg_of[order], row[order], src[order], length[order], \
-        before[:, order]
+    user, seg_of, row, src, length, before = _rows_of(users, segments)
     dest = np.concatenate([[0], np.cumsum(length)])
     history = {name: np.empty(int(dest[-1]), dtype=values.dtype) for name, values in today.events.items()}
     for j, seg in enumerate(segments):
@@ -117,6 +109,24 @@ def read_shard(shard_dirs: list[Path], cache: SegmentCache | None = None) -> Sha
               ad_impressions_before=ads_before[u] + cum_ad[end] - cum_ad[first],
               ad_clicks_before=clicks_before[u] + cum_click[end] - cum_click[first])
     return ShardData(examples=ex, history=history)
+
+
+def _rows_of(users: np.ndarray, segments: list[Segment]) -> list[np.ndarray]:
+    """The rows (R,) of ``users`` (sorted raw ids) in every segment, ordered by (user,
+    segment): user index, segment index, row, its first event, its events, and the
+    run's before-counts (3, R)."""
+    parts = []
+    for j, seg in enumerate(segments):
+        ids = seg.users["user_id"]
+        pos = np.minimum(np.searchsorted(users, ids), max(len(users) - 1, 0))
+        rows = np.flatnonzero(users[pos] == ids) if len(users) else np.zeros(0, dtype=np.int64)
+        start = seg.row_offsets[rows]
+        parts.append([pos[rows], np.full(len(rows), j), rows, start, seg.row_offsets[rows + 1] - start])
+    columns = [np.concatenate(c) for c in zip(*parts)]
+    before = np.concatenate([np.stack([seg.users[c][p[2]] for c in BEFORE_COLUMNS]).astype(np.int64)
+                             for seg, p in zip(segments, parts)], axis=1)
+    order = np.lexsort((columns[1], columns[0]))
+    return [c[order] for c in columns] + [before[:, order]]
 
 
 def gather(spec: FeatureSpec, shard: ShardData, idx: np.ndarray) -> dict[str, np.ndarray]:

@@ -44,7 +44,8 @@ from gem.data.contract import ITEM_ATTRIBUTES, USER_ATTRIBUTES
 from gem.features.plan import ShardKey, day_start_us
 
 FORMAT = "gem-features/2"  # manifest format: this layout (histories carried across day shards)
-EXAMPLES_FILE, HISTORY_FILE, USERS_FILE, STATS_FILE = "examples.parquet", "history.parquet", "users.parquet", "stats.json"
+EXAMPLES_FILE, HISTORY_FILE, USERS_FILE = "examples.parquet", "history.parquet", "users.parquet"
+STATS_FILE = "stats.json"
 SHARD_FILES = (EXAMPLES_FILE, HISTORY_FILE, STATS_FILE, USERS_FILE)
 US_PER_S = 1_000_000
 NO_CONVERSION = np.iinfo(np.int64).max  # conversion_time of events without one (as staged)

@@ -106,7 +106,8 @@ def test_later_shards_alone_and_a_tiny_segment_cache_give_the_same_examples(conv
     from tests.features.conftest import collect
 
     full = collect(FeatureLoader(conv_features, batch_size=256, shuffle=False))
-    late = [s["name"] for s in FeatureLoader(conv_features, batch_size=8).manifest["shards"] if s["day"] >= "2026-01-03"]
+    shards = FeatureLoader(conv_features, batch_size=8).manifest["shards"]
+    late = [s["name"] for s in shards if s["day"] >= "2026-01-03"]
     alone = collect(FeatureLoader(conv_features, batch_size=256, seed=2, shards=late, cache_events=0))
     assert 0 < len(alone) < len(full)
     for eid in alone:
