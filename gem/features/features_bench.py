@@ -94,6 +94,14 @@ def run_ours(data: Path, out: Path, days_per_shard: int = 1) -> dict:
     return {"manifest": manifest, "seconds": seconds, "peak_rss_bytes": rss.peak}
 
 
+def bytes_by_file(features: Path, examples: int) -> dict[str, float]:
+    """Bytes per example of each kind of shard file (examples, history, users, stats)."""
+    totals: dict[str, int] = {}
+    for path in (features / "shards").glob("*/*"):
+        totals[path.name] = totals.get(path.name, 0) + path.stat().st_size
+    return {name: round(size / max(examples, 1), 2) for name, size in sorted(totals.items())}
+
+
 def subsample_events(data: Path, out: Path) -> tuple[Path, int, int]:
     """Copy the subsample's events into one Parquet file; returns (path, events, total)."""
     from gem.data.contract import event_files
@@ -218,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ours = run_ours(data, tmp / "features")
         manifest = ours["manifest"]
+        split = bytes_by_file(tmp / "features", manifest["counts"]["examples"])
         weekly = run_ours(data, tmp / "features-weekly", days_per_shard=7)
         shutil.rmtree(tmp / "features-weekly", ignore_errors=True)
         plain = run_plain(data, tmp / "plain")
@@ -238,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "events_per_s": round(events / ours["seconds"]),
         "peak_rss_gb": round(ours["peak_rss_bytes"] / 2**30, 3),
         "bytes_per_example": round(ours_bpe, 2),
+        "bytes_per_example_by_file": split,
         "materialized_bytes_per_example": round(manifest["bytes"]["materialized_per_example"], 1),
         "bytes_ratio_vs_materialized": round(ours_bpe / manifest["bytes"]["materialized_per_example"], 5),
         "plain_feast_source_bytes_per_example": round(plain_bytes_per_example, 1),
@@ -252,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         "loader_examples_per_s": round(max(loader_0, loader_2)),
         "loader_examples_per_s_workers_0": round(loader_0),
         "loader_examples_per_s_workers_2": round(loader_2),
-        "weekly_shards": {  # days_per_shard=7: (bucket, week) shards, same examples and sequences
+        "weekly_shards": {  # days_per_shard=7: (bucket, week) shards, same examples, sequences and events stored
             "build_seconds_10m": round(weekly["seconds"], 2),
             "peak_rss_gb": round(weekly["peak_rss_bytes"] / 2**30, 3),
             "bytes_per_example": round(weekly["manifest"]["bytes"]["per_example"], 2),
@@ -268,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
              "shards": manifest["counts"]["shards"], "max_seq_len": MAX_SEQ_LEN,
              "mean_sequence_length": round(manifest["counts"]["sequence_elements"] / max(examples, 1), 1),
              "history_events_stored": manifest["counts"]["history_events_stored"],
+             "history_events_stored_per_event": round(manifest["counts"]["history_events_stored"] / events, 4),
              "plain_subsample_examples": plain["subsample_examples"], "loader_batch_size": 1024}
     name = "features" if not args.quick else "features_quick"
     path = write_result(name, figures, sizes, results_dir=RESULTS_DIR)
