@@ -1,9 +1,23 @@
-"""Training efficiency: machine peak FLOP/s (measured once, cached), MFU, throughput,
-launch-to-first-step time and the share of wall time spent in training steps.
+"""Training efficiency: machine peak FLOP/s, MFU, throughput, launch-to-first-step time
+and the share of wall time spent in training steps.
 
-MFU = achieved model FLOP/s / peak, where model FLOPs = 3 x forward FLOPs (forward +
-backward) of the examples processed, and peak = a large square matmul in the training
-dtype on this machine (not the vendor's datasheet number).
+Definitions (what ``EfficiencyMeter.summary()`` reports):
+
+- model FLOPs per example = 3 x the forward FLOPs (forward + backward; checked against
+  a counted forward + backward, gem/model/flops.py), counted on real tokens only.
+- training window = wall time from the end of the warm-up steps (the first step by
+  default: lazy init, allocator growth, compile) to the end of the last step. It
+  includes everything the loop does between steps (data loading, metrics, logging,
+  checkpoints), so data stalls lower throughput and MFU.
+- ``examples_per_s`` and ``model_flops_per_s`` = examples and model FLOPs of the steps
+  inside the window / the window's wall time.
+- ``mfu`` = model_flops_per_s / (peak x world size); peak = the best rate of a large
+  square matmul in the training dtype measured on this machine (not a datasheet
+  number), kept as the best seen (``measure_peak_flops``).
+- ``step_time_share`` = time inside steps / window (1.0: the loop does nothing else).
+- ``startup_seconds`` = process launch to the end of the first step.
+- ``effective_training_time`` = time inside all steps / wall time from launch to the
+  summary (startup, tracking, checkpoints and the loop's own overhead lower it).
 """
 
 from __future__ import annotations
@@ -15,11 +29,18 @@ from pathlib import Path
 
 import torch
 
-CACHE = Path(os.environ.get("GEM_CACHE_DIR", Path.home() / ".cache" / "gem")) / "peak_flops.json"
+from gem.utils.cache import cache_dir
+
+
+def peak_cache() -> Path:
+    return cache_dir() / "peak_flops.json"
 
 
 def _device_key(device: torch.device, dtype: torch.dtype) -> str:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:  # hosts of one name differ in vector units (AVX2 vs AVX-512 with bf16)
+        name = f"{_cpu_name()} {torch.backends.cpu.get_cpu_capability()}"
     return f"{name}|{device.type}|{dtype}|threads={torch.get_num_threads()}|torch={torch.__version__}"
 
 
@@ -34,14 +55,20 @@ def _cpu_name() -> str:
 
 
 def measure_peak_flops(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                       size: int | None = None, repeats: int = 5, use_cache: bool = True) -> float:
-    """Best-of-``repeats`` FLOP/s of an n x n x n matmul (n = 2048 on CPU, 8192 on GPU)."""
+                       size: int | None = None, repeats: int = 5, use_cache: bool = True,
+                       refresh: bool = False) -> float:
+    """Best-of-``repeats`` FLOP/s of an n x n x n matmul (n = 2048 on CPU, 8192 on GPU).
+
+    With ``use_cache`` the cache keeps the best value measured for this device, dtype,
+    thread count and torch build: it is returned without measuring unless ``refresh``,
+    and a new measurement replaces it only when higher, so a measurement slowed by other
+    jobs on the machine never lowers the peak (which would inflate MFU)."""
     device = torch.device(device)
     key = _device_key(device, dtype)
-    if use_cache and CACHE.is_file():
-        cached = json.loads(CACHE.read_text())
-        if key in cached:
-            return float(cached[key])
+    cache = peak_cache()
+    cached = json.loads(cache.read_text()) if use_cache and cache.is_file() else {}
+    if key in cached and not refresh:
+        return float(cached[key])
     n = size or (8192 if device.type == "cuda" else 2048)
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
@@ -55,14 +82,14 @@ def measure_peak_flops(device: torch.device | str = "cpu", dtype: torch.dtype = 
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - start)
     peak = 2.0 * n**3 / best
-    if use_cache:
-        CACHE.parent.mkdir(parents=True, exist_ok=True)
-        cached = json.loads(CACHE.read_text()) if CACHE.is_file() else {}
-        cached[key] = peak
-        tmp = CACHE.with_suffix(f".{os.getpid()}.tmp")
+    if use_cache and peak > cached.get(key, 0.0):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cached = json.loads(cache.read_text()) if cache.is_file() else {}
+        cached[key] = max(peak, cached.get(key, 0.0))
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(cached, indent=1))
-        os.replace(tmp, CACHE)
-    return peak
+        os.replace(tmp, cache)
+    return max(peak, cached.get(key, 0.0)) if use_cache else peak
 
 
 def process_start_time() -> float:
@@ -76,42 +103,52 @@ def process_start_time() -> float:
 
 
 class EfficiencyMeter:
-    """Call ``step_begin()`` / ``step_end(examples)`` around each training step."""
+    """Call ``step_begin()`` / ``step_end(examples)`` around each training step; see the
+    module docstring for the definitions."""
 
     def __init__(self, train_flops_per_example: float, peak_flops: float, world_size: int = 1,
-                 launch_time: float | None = None, warmup_steps: int = 2) -> None:
+                 launch_time: float | None = None, warmup_steps: int = 1) -> None:
         self.flops_per_example, self.peak, self.world_size = train_flops_per_example, peak_flops, world_size
-        # Throughput and MFU leave out the first steps (allocator warmup, lazy init, compile).
         self.warmup_steps, self.steps = warmup_steps, 0
-        self.steady_seconds, self.steady_examples = 0.0, 0
         self.launch = launch_time or process_start_time()
-        self.first_step_end: float | None = None
-        self.step_seconds = 0.0
-        self.examples = 0
-        self._window_seconds, self._window_examples = 0.0, 0
+        self.first_step_end: float | None = None  # wall clock (time.time())
+        self.step_seconds, self.examples = 0.0, 0  # all steps
+        # The window: from the end of the warm-up steps to the end of the last step.
+        self._window_start: float | None = None  # perf_counter()
+        self._last_end = 0.0
+        self._window_examples, self._window_step_seconds = 0, 0.0
+        self._log_mark: float | None = None
+        self._log_examples = 0
         self._begin = 0.0
 
     def step_begin(self) -> None:
         self._begin = time.perf_counter()
 
     def step_end(self, examples: int) -> None:
-        elapsed = time.perf_counter() - self._begin
+        now = time.perf_counter()
+        elapsed = now - self._begin
         if self.first_step_end is None:
             self.first_step_end = time.time()
         self.step_seconds += elapsed
         self.examples += examples
         self.steps += 1
-        if self.steps > self.warmup_steps:
-            self.steady_seconds += elapsed
-            self.steady_examples += examples
-        self._window_seconds += elapsed
+        self._last_end = now
+        if self.steps <= self.warmup_steps:
+            self._window_start = self._log_mark = now
+            return
+        if self._window_start is None:  # warmup_steps == 0: the window opens at the first step's start
+            self._window_start = self._log_mark = self._begin
         self._window_examples += examples
+        self._window_step_seconds += elapsed
+        self._log_examples += examples
 
     def window(self) -> dict[str, float]:
-        """Throughput since the previous call (for per-step logging)."""
-        seconds, examples = max(self._window_seconds, 1e-9), self._window_examples
-        self._window_seconds, self._window_examples = 0.0, 0
-        return self._figures(examples, seconds)
+        """Throughput over the wall time since the previous call (for per-step logging)."""
+        now = time.perf_counter()
+        mark = self._log_mark if self._log_mark is not None else now
+        figures = self._figures(self._log_examples, max(now - mark, 1e-9))
+        self._log_mark, self._log_examples = now, 0
+        return figures
 
     def _figures(self, examples: int, seconds: float) -> dict[str, float]:
         flops = examples * self.flops_per_example / seconds
@@ -124,10 +161,13 @@ class EfficiencyMeter:
 
     def summary(self) -> dict[str, float]:
         wall = time.time() - self.launch
-        if self.steady_examples:
-            out = self._figures(self.steady_examples, max(self.steady_seconds, 1e-9))
-        else:
+        if self._window_examples:
+            seconds = max(self._last_end - self._window_start, 1e-9)
+            out = self._figures(self._window_examples, seconds)
+            out["perf/step_time_share"] = self._window_step_seconds / seconds
+        else:  # no step after the warm-up: the steps' own time is all there is
             out = self._figures(self.examples, max(self.step_seconds, 1e-9))
+            out["perf/step_time_share"] = 1.0
         out["perf/startup_seconds"] = (self.first_step_end or time.time()) - self.launch
         out["perf/effective_training_time"] = self.step_seconds / max(wall, 1e-9)
         out["perf/peak_flops"] = self.peak

@@ -14,7 +14,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,10 +31,12 @@ from gem.training.distributed import (
     DistEnv, attach_embedding_optimizer, close_distributed, init_distributed, shard_model, unwrap,
 )
 from gem.training.efficiency import EfficiencyMeter, measure_peak_flops, process_start_time
-from gem.training.metrics import SurfaceTaskMetrics
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile
 from gem.training.step import build_dense_optimizer, eval_step, train_step
-from gem.training.tracking import Tracker, warm_up
+from gem.training.tracking import Tracker
+
+if TYPE_CHECKING:
+    from gem.training.metrics import SurfaceTaskMetrics
 
 log = logging.getLogger(__name__)
 MODEL_DIR = "model"
@@ -135,6 +137,8 @@ def load_trained_model(out: str | Path) -> nn.Module:
 
 def evaluate(model: nn.Module, loader, env: DistEnv, spec: FeatureSpec, *, precision: str = "fp32",
              max_batches: int = 0) -> SurfaceTaskMetrics:
+    from gem.training.metrics import SurfaceTaskMetrics
+
     metrics = SurfaceTaskMetrics(spec.surfaces, spec.tasks, env.device)
     was_training = model.training
     model.eval()
@@ -146,6 +150,32 @@ def evaluate(model: nn.Module, loader, env: DistEnv, spec: FeatureSpec, *, preci
             metrics.update(eval_step(model, local, precision=precision), local.labels, local.surface)
     model.train(was_training)
     return metrics
+
+
+class DeferredMetrics:
+    """Training-set metrics kept off the step path: each step's predictions are only
+    kept, and folded into a SurfaceTaskMetrics every ``every`` steps in one update
+    (which also keeps torchmetrics' import out of startup)."""
+
+    def __init__(self, spec: FeatureSpec, device: torch.device, every: int = 64) -> None:
+        self.spec, self.device, self.every = spec, device, every
+        self.pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.metrics: SurfaceTaskMetrics | None = None
+
+    def update(self, probs: torch.Tensor, labels: torch.Tensor, surface: torch.Tensor) -> None:
+        self.pending.append((probs, labels, surface))
+        if len(self.pending) >= self.every:
+            self.flush()
+
+    def flush(self) -> SurfaceTaskMetrics:
+        if self.metrics is None:
+            from gem.training.metrics import SurfaceTaskMetrics
+
+            self.metrics = SurfaceTaskMetrics(self.spec.surfaces, self.spec.tasks, self.device)
+        if self.pending:
+            self.metrics.update(*(torch.cat(parts) for parts in zip(*self.pending)))
+            self.pending = []
+        return self.metrics
 
 
 def _mean_over_ranks(value: torch.Tensor, env: DistEnv) -> float:
@@ -168,78 +198,75 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     out.mkdir(parents=True, exist_ok=True)
 
     phases: dict[str, float] = {"perf/startup_imports_s": time.time() - launch}
-    tracking_uri = cfg.tracking_uri or f"sqlite:///{(out / 'mlflow.db').resolve()}"
-    warming = warm_up(tracking_uri) if env.is_main else None
     mark = time.perf_counter()
-    loader = make_loader(features, cfg, train=True)
-    spec = loader.spec
-    model = build_model(model_cfg, spec)
-    if init_from:
-        init_weights(model, init_from)
-    sizes = count_parameters(model)
-    probe = next(iter(make_loader(features, cfg, train=False)))
-    probe = slice_batch(probe, 0, min(16, probe.batch_size))
-    train_flops_per_example = 3.0 * batch_forward_flops(model, probe) / probe.batch_size
-    phases["perf/startup_build_s"], mark = time.perf_counter() - mark, time.perf_counter()
-    model.to(env.device)
-    if cfg.activation_checkpointing:
-        apply_activation_checkpointing(model)
-    attach_embedding_optimizer(model, cfg.optim.embedding_lr, cfg.optim.embedding_eps)
-    dmp = shard_model(model, env, ebc_sharding=cfg.sharding.ebc, ec_sharding=cfg.sharding.ec)
-    if cfg.compile:
-        apply_compile(unwrap(dmp))
-    phases["perf/startup_shard_s"], mark = time.perf_counter() - mark, time.perf_counter()
-    dense_opt, scheduler = build_dense_optimizer(
-        dmp, cfg.optim.dense_lr, cfg.optim.weight_decay, cfg.optim.betas, cfg.optim.warmup_steps)
-
     ckpt = Checkpointer(out / "checkpoints", env.rank, env.world_size, cfg.keep_checkpoints)
-    progress: dict[str, Any] = {"step": 0, "epoch": 0, "run_id": "", "resumed_epoch": -1}
     saved = ckpt.load() if resume else None
-    if saved is not None:
-        dmp.load_state_dict(copy_into(dmp.state_dict(), saved["model"], "model"))
-        fused = dmp.fused_optimizer.state_dict()
-        dmp.fused_optimizer.load_state_dict(copy_into(fused, saved["fused_optimizer"], "fused_optimizer"))
-        dense_opt.load_state_dict(saved["dense_optimizer"])
-        if scheduler is not None:
-            scheduler.load_state_dict(saved["scheduler"])
-        loader.load_state_dict(saved["loader"])
-        set_rng_state(saved["rng"])
-        progress.update(saved["progress"])
-        progress["resumed_epoch"] = progress["epoch"]
-        log.info("resumed from step %d (epoch %d)", progress["step"], progress["epoch"])
-
-    if warming is not None:
-        warming.join()
-    tracker = Tracker(env.is_main, tracking_uri, cfg.experiment, cfg.run_name,
-                      run_id=progress["run_id"] or None, system_metrics=cfg.system_metrics)
-    progress["run_id"] = tracker.run_id or ""
-    if saved is None:
-        tracker.log_params({**flatten(cfg, "train."), **flatten(model_cfg, "model."),
-                            **{f"size.{k}_params": v for k, v in sizes.items()},
-                            "size.train_flops_per_example": train_flops_per_example,
-                            "world_size": env.world_size, "device": str(env.device)})
-        tracker.log_input(features, spec.to_dict(), getattr(loader, "num_examples", 0), "training")
-        if eval_features:
-            tracker.log_input(eval_features, spec.to_dict(), 0, "evaluation")
-
-    peak = measure_peak_flops(env.device, torch.bfloat16 if cfg.precision == "bf16" else torch.float32) \
-        if cfg.measure_peak else float("nan")
-    phases["perf/startup_tracking_s"] = time.perf_counter() - mark
-    log.info("startup phases: %s", {k.split("/")[1]: round(v, 2) for k, v in phases.items()})
-    meter = EfficiencyMeter(train_flops_per_example, peak, env.world_size, launch)
-    task_weights = tuple(cfg.task_weights)
-    step = progress["step"]
-    last_saved = step
-    train_metrics: dict[str, float] = {}
-    eval_metrics: dict[str, float] = {}
-    done = False
-    dmp.train()
+    # Opens the store and the run on its own thread while the model is built and trains.
+    run_id = (saved["progress"]["run_id"] or None) if saved else None
+    tracker = Tracker(env.is_main, cfg.tracking_uri or f"sqlite:///{(out / 'mlflow.db').resolve()}",
+                      cfg.experiment, cfg.run_name, run_id=run_id, system_metrics=cfg.system_metrics)
     try:
+        loader = make_loader(features, cfg, train=True)
+        spec = loader.spec
+        model = build_model(model_cfg, spec)
+        if init_from:
+            init_weights(model, init_from)
+        sizes = count_parameters(model)
+        probe = next(iter(make_loader(features, cfg, train=False)))
+        probe = slice_batch(probe, 0, min(16, probe.batch_size))
+        train_flops_per_example = 3.0 * batch_forward_flops(model, probe) / probe.batch_size
+        phases["perf/startup_build_s"], mark = time.perf_counter() - mark, time.perf_counter()
+        model.to(env.device)
+        if cfg.activation_checkpointing:
+            apply_activation_checkpointing(model)
+        attach_embedding_optimizer(model, cfg.optim.embedding_lr, cfg.optim.embedding_eps)
+        dmp = shard_model(model, env, ebc_sharding=cfg.sharding.ebc, ec_sharding=cfg.sharding.ec)
+        if cfg.compile:
+            apply_compile(unwrap(dmp))
+        phases["perf/startup_shard_s"], mark = time.perf_counter() - mark, time.perf_counter()
+        dense_opt, scheduler = build_dense_optimizer(
+            dmp, cfg.optim.dense_lr, cfg.optim.weight_decay, cfg.optim.betas, cfg.optim.warmup_steps)
+
+        progress: dict[str, Any] = {"step": 0, "epoch": 0, "resumed_epoch": -1}
+        if saved is not None:
+            dmp.load_state_dict(copy_into(dmp.state_dict(), saved["model"], "model"))
+            fused = dmp.fused_optimizer.state_dict()
+            dmp.fused_optimizer.load_state_dict(copy_into(fused, saved["fused_optimizer"], "fused_optimizer"))
+            dense_opt.load_state_dict(saved["dense_optimizer"])
+            if scheduler is not None:
+                scheduler.load_state_dict(saved["scheduler"])
+            loader.load_state_dict(saved["loader"])
+            set_rng_state(saved["rng"])
+            progress.update(step=saved["progress"]["step"], epoch=saved["progress"]["epoch"])
+            progress["resumed_epoch"] = progress["epoch"]
+            log.info("resumed from step %d (epoch %d)", progress["step"], progress["epoch"])
+
+        if saved is None:
+            tracker.log_params({**flatten(cfg, "train."), **flatten(model_cfg, "model."),
+                                **{f"size.{k}_params": v for k, v in sizes.items()},
+                                "size.train_flops_per_example": train_flops_per_example,
+                                "world_size": env.world_size, "device": str(env.device)})
+            tracker.log_input(features, spec.to_dict(), getattr(loader, "num_examples", 0), "training")
+            if eval_features:
+                tracker.log_input(eval_features, spec.to_dict(), 0, "evaluation")
+
+        peak = measure_peak_flops(env.device, torch.bfloat16 if cfg.precision == "bf16" else torch.float32) \
+            if cfg.measure_peak else float("nan")
+        phases["perf/startup_other_s"] = time.perf_counter() - mark
+        log.info("startup phases: %s", {k.split("/")[1]: round(v, 2) for k, v in phases.items()})
+        meter = EfficiencyMeter(train_flops_per_example, peak, env.world_size, launch)
+        task_weights = tuple(cfg.task_weights)
+        step = progress["step"]
+        last_saved = step
+        train_metrics: dict[str, float] = {}
+        eval_metrics: dict[str, float] = {}
+        done = False
+        dmp.train()
         for epoch in range(progress["epoch"], cfg.epochs):
             if epoch != progress["resumed_epoch"]:
                 loader.set_epoch(epoch)
             progress["epoch"] = epoch
-            running = SurfaceTaskMetrics(spec.surfaces, spec.tasks, env.device)
+            running = DeferredMetrics(spec, env.device)
             for batch in loader:
                 local = rank_slice(batch, env.rank, env.world_size).to(env.device)
                 meter.step_begin()
@@ -255,12 +282,12 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                                          "train/lr": dense_opt.param_groups[0]["lr"], **meter.window()}, step)
                     log.info("step %d epoch %d loss %.4f", step, epoch, loss)
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    _save(ckpt, dmp, dense_opt, scheduler, loader, step, epoch, progress)
+                    _save(ckpt, dmp, dense_opt, scheduler, loader, step, epoch, tracker.run_id)
                     last_saved = step
                 if cfg.max_steps and step >= cfg.max_steps:
                     done = True
                     break
-            train_metrics = {f"train_epoch/{k}": v for k, v in running.compute().items()}
+            train_metrics = {f"train_epoch/{k}": v for k, v in running.flush().compute().items()}
             tracker.log_metrics({**train_metrics, "epoch": epoch}, step)
             if eval_features:
                 evaluator = evaluate(dmp, make_loader(eval_features, cfg, train=False), env, spec,
@@ -270,13 +297,14 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             if done:
                 break
         if step != last_saved:
-            _save(ckpt, dmp, dense_opt, scheduler, loader, step, progress["epoch"], progress)
+            _save(ckpt, dmp, dense_opt, scheduler, loader, step, progress["epoch"], tracker.run_id)
         perf = {**meter.summary(), **phases}
         tracker.log_metrics(perf, step)
         full_state = _gather_full_state(dmp, env)
         if env.is_main:
             exported = export_model(full_state, model_cfg, spec, out)
-            _log_outputs(tracker, cfg, exported, spec, eval_metrics or train_metrics, evaluator if eval_features else running)
+            _log_outputs(tracker, cfg, exported, spec, eval_metrics or train_metrics,
+                         evaluator if eval_features else running.flush())
         tracker.end()
     except BaseException:
         tracker.end("FAILED")
@@ -287,7 +315,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     return RunResult(out, step, eval_metrics, train_metrics, perf, tracker.run_id)
 
 
-def _save(ckpt: Checkpointer, dmp, dense_opt, scheduler, loader, step: int, epoch: int, progress: dict) -> None:
+def _save(ckpt: Checkpointer, dmp, dense_opt, scheduler, loader, step: int, epoch: int,
+          run_id: str | None) -> None:
     ckpt.save(step, {
         "model": dmp.state_dict(),
         "fused_optimizer": dmp.fused_optimizer.state_dict(),
@@ -295,7 +324,7 @@ def _save(ckpt: Checkpointer, dmp, dense_opt, scheduler, loader, step: int, epoc
         "scheduler": scheduler.state_dict() if scheduler is not None else {},
         "loader": loader.state_dict(),
         "rng": rng_state(),
-        "progress": {"step": step, "epoch": epoch, "run_id": progress["run_id"]},
+        "progress": {"step": step, "epoch": epoch, "run_id": run_id or ""},
     })
 
 

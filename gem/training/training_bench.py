@@ -2,18 +2,31 @@
 
     python -m gem.training.training_bench [--preset small] [--steps 40] [--precision bf16]
 
-Runs the real training loop (DMP world of one, fused embedding optimizer, AdamW) on
-synthetic batches for ``--steps`` steps in a fresh process, and writes
-benchmarks/results/training.json: mfu (steady state, vs the measured matmul peak in
-the training dtype), peak_flops, examples_per_s, startup_seconds (process launch to
-the end of the first step), effective_training_time (share of wall time in steps).
+Runs the real training loop (DMP world of one, fused embedding optimizer, AdamW, MLflow
+tracking to a local sqlite store) on synthetic batches for ``--steps`` steps in a fresh
+process, and writes benchmarks/results/training.json. Definitions are in
+gem/training/efficiency.py; in short:
+
+- mfu: model FLOP/s over the wall time from the end of the first step to the end of
+  the last one, divided by peak_flops;
+- peak_flops: the best of square fp32 matmuls of 1024 and 2048 (bf16: 1024), measured
+  right after training, or the best measured before on this machine if higher (the
+  cache keeps the best: a peak taken while other jobs load the machine would inflate
+  MFU);
+- startup_seconds: process launch to the end of the first step, with its phases;
+- effective_training_time: time inside steps / wall time from launch to the end;
+- load_average_*: the 1-minute load average before and after (other jobs on the
+  machine lower every figure).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import tempfile
+
+LOAD_BEFORE = os.getloadavg()[0]
 
 from gem.utils.bench import print_table, write_result
 
@@ -46,21 +59,35 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as out:
         result = train(f"synthetic://{cfg.batch_size * (args.steps + 1)}", out, cfg, model_cfg)
     perf = result.perf
-    from gem.training.data import default_synthetic_spec
+    load_after = os.getloadavg()[0]
+    import torch
 
+    from gem.training.data import default_synthetic_spec
+    from gem.training.efficiency import measure_peak_flops
+
+    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
+    # bf16 matmuls without hardware support run ~100x slower: one size is enough there.
+    peak_sizes = (1024, 2048) if dtype == torch.float32 else (1024,)
+    peak = max(measure_peak_flops("cpu", dtype, size=n, refresh=True) for n in peak_sizes)
     sizes = count_parameters(build_model(model_cfg, default_synthetic_spec()))
+    phases = {k.split("/")[1]: v for k, v in perf.items() if k.startswith("perf/startup_") and k.endswith("_s")}
     figures = {
         "preset": args.preset,
         "precision": cfg.precision,
-        "mfu": perf["perf/mfu"],
-        "peak_flops": perf["perf/peak_flops"],
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mfu": perf["perf/model_flops_per_s"] / peak,
+        "peak_flops": peak,
         "examples_per_s": perf["perf/examples_per_s"],
         "model_flops_per_s": perf["perf/model_flops_per_s"],
         "train_flops_per_example": perf["perf/train_flops_per_example"],
+        "step_time_share": perf["perf/step_time_share"],
         "startup_seconds": perf["perf/startup_seconds"],
+        **phases,
+        "startup_first_step_s": perf["perf/startup_seconds"] - sum(phases.values()),
         "effective_training_time": perf["perf/effective_training_time"],
         "steps": result.steps,
-        **{k.split("/")[1]: v for k, v in perf.items() if k.startswith("perf/startup_") and k.endswith("_s")},
+        "load_average_before": LOAD_BEFORE,
+        "load_average_after": load_after,
     }
     bench_sizes = {"batch_size": cfg.batch_size, "steps": args.steps, "compile": cfg.compile,
                    "params_total": sizes["total"], "params_dense": sizes["dense"],
