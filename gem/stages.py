@@ -229,13 +229,17 @@ def features_plan_stage(data: str, out: str, start: str, end: str, preset: str, 
 
 
 def _finished_features(out: str, start: str | None = None, end: str | None = None) -> dict | None:
-    """The manifest of a finished build of the same window (written last by finalize)."""
+    """The manifest of a finished build of the same window (written last by finalize),
+    in the current layout (an older format is rebuilt)."""
     from gem.data.contract import parse_utc
+    from gem.features.segments import FORMAT
 
     path = Path(out) / "manifest.json"
     if not path.is_file():
         return None
     manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT:
+        return None
     window = manifest.get("window", {})
     if start and end and (parse_utc(window["start"]), parse_utc(window["end"])) != (parse_utc(start), parse_utc(end)):
         return None
@@ -244,13 +248,16 @@ def _finished_features(out: str, start: str | None = None, end: str | None = Non
 
 def features_shard_stage(out: str, shard: str) -> dict:
     from gem.features.plan import BuildPlan, ShardKey
+    from gem.features.segments import FORMAT
     from gem.features.shards import build_shard, read_stats
 
     if _finished_features(out):
         return {"shard": shard, "reused": True}
     plan = BuildPlan.read(Path(out))
     if (plan.shards_dir / shard / "stats.json").is_file():  # shards are renamed into place whole
-        return read_stats(plan.shards_dir / shard)
+        stats = read_stats(plan.shards_dir / shard)
+        if stats.get("format") == FORMAT:  # not a shard of an older layout
+            return stats
     return build_shard(plan, ShardKey.parse(shard))
 
 

@@ -33,7 +33,7 @@ from gem.data.contract import ITEM_ATTRIBUTES, SURFACES, USER_ATTRIBUTES
 from gem.features.jagged import run_starts
 from gem.features.plan import BuildPlan, ShardKey
 from gem.features.segments import (
-    ATTRIBUTE_FEATURES, ENCODINGS, EXAMPLES_FILE, HISTORY_FILE, STATS_FILE, US_PER_S, USERS_FILE, pack_codes,
+    ATTRIBUTE_FEATURES, ENCODINGS, EXAMPLES_FILE, FORMAT, HISTORY_FILE, STATS_FILE, US_PER_S, USERS_FILE, pack_codes,
     ref_second,
 )
 from gem.features.staging import ATTRIBUTE_COLUMNS, NO_CONVERSION, read_staged
@@ -255,6 +255,7 @@ def _stats(plan: BuildPlan, key: ShardKey, examples: dict[str, np.ndarray], h, f
         by_surface[name] = {"examples": int(sel.sum()), "clicks": int(click[sel].sum()),
                             "conversions": int(conversion[sel].sum())}
     return {
+        "format": FORMAT,
         "shard": key.name,
         "examples": int(len(surface)),
         "history_events_stored": int(stored),

@@ -216,3 +216,21 @@ def test_history_is_carried_across_day_shards_not_stored_again(conv_dataset, con
     stored = late["counts"]["history_events_stored"]
     assert int(in_window.sum()) < stored <= int(in_window.sum()) + 16 * users
     assert stored - int(in_window.sum()) > 2 * users  # the base is there
+
+
+def test_pipeline_stages_rebuild_a_shard_or_build_of_an_older_layout(conv_dataset, conv_features, tmp_path):
+    from gem.stages import _finished_features, features_shard_stage
+
+    plan = prepare_build(conv_dataset, tmp_path / "upgrade", tiny_cfg(max_seq_len=48))
+    name = list_shards(plan)[0].name
+    first = features_shard_stage(str(plan.out_dir), name)
+    stats_file = plan.shards_dir / name / "stats.json"
+    stats_file.write_text(json.dumps({**first, "format": "gem-features/1"}))
+    assert features_shard_stage(str(plan.out_dir), name) == first  # rebuilt, not reused
+    assert json.loads(stats_file.read_text()) == first
+    manifest = json.loads((conv_features / MANIFEST).read_text())
+    assert _finished_features(str(conv_features))["digest"] == manifest["digest"]
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / MANIFEST).write_text(json.dumps({**manifest, "format": "gem-features/1"}))
+    assert _finished_features(str(old)) is None
