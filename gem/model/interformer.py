@@ -39,8 +39,11 @@ class PersonalizedFFN(nn.Module):
         nn.init.zeros_(self.film.bias)
 
     def forward(self, x_ND: torch.Tensor, ctx_BD: torch.Tensor, seg_N: torch.Tensor) -> torch.Tensor:
-        scale_BH, shift_BH = self.film(ctx_BD).chunk(2, dim=-1)
-        h_NH = self.up(x_ND) * (1 + scale_BH[seg_N]) + shift_BH[seg_N]
+        # One gather of both FiLM halves (index_select: its backward is an index_add, far
+        # cheaper on CPU than advanced indexing's accumulating index_put).
+        scale_NH, shift_NH = self.film(ctx_BD).index_select(0, seg_N).chunk(2, dim=-1)
+        up_NH = self.up(x_ND)
+        h_NH = torch.addcmul(up_NH + shift_NH, up_NH, scale_NH)  # up * (1 + scale) + shift
         return self.down(self.drop(nn.functional.silu(h_NH)))
 
 

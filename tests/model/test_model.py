@@ -10,6 +10,7 @@ from gem.model import (
 )
 from gem.model.attention import jagged_self_attention
 from gem.model.jagged import gather_recent, keep_recent, offsets_of, prepend_tokens
+from gem.model.wukong import WukongLayer
 
 
 @pytest.mark.parametrize("arch", ["gem", "dlrm"])
@@ -104,6 +105,24 @@ def test_kernels_backend_matches_reference(form):
     ref = jagged_self_attention(q, k, v, offsets, max_seq_len=8, form=form, backend="loop")
     out = jagged_self_attention(q, k, v, offsets, max_seq_len=8, form=form, backend="kernels")
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_in,fm_tokens,lcb_tokens", [(14, 6, 4), (10, 6, 4), (7, 0, 5), (7, 5, 0), (5, 0, 5)])
+def test_wukong_layer_fused_token_maps_match_separate_blocks(num_in, fm_tokens, lcb_tokens):
+    """One matmul for Y, the LCB and the residual computes FMB + LCB + residual."""
+    torch.manual_seed(0)
+    layer = WukongLayer(num_in, fm_tokens, lcb_tokens, dim=8, rank=3, hidden=16)
+    x = torch.randn(4, num_in, 8, requires_grad=True)
+    parts = [layer.fmb(x)] if layer.fmb is not None else []
+    parts += [layer.lcb(x)] if layer.lcb is not None else []
+    skip = x if layer.residual is None else layer.residual(x)
+    expected = layer.norm(torch.cat(parts, dim=1) + skip)
+    out = layer(x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    params = [x, *layer.parameters()]
+    grads = torch.autograd.grad(out.square().sum(), params)
+    for got, want in zip(grads, torch.autograd.grad(expected.square().sum(), params)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_jagged_helpers():
