@@ -37,6 +37,9 @@ class _QuietFbgemm(logging.Filter):
 
 
 def run(args: argparse.Namespace) -> int:
+    from gem.training.tracking import prestart_worker
+
+    prestart_worker()  # MLflow's imports in a worker process while this one imports torch
     from gem.training.config import load_train_config
 
     for handler in logging.getLogger().handlers:

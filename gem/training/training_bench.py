@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="training")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    from gem.training.tracking import prestart_worker
 
+    prestart_worker()  # as `gem train` does
     from gem.model import build_model, count_parameters, forward_flops_per_example
     from gem.training.config import load_train_config
     from gem.training.trainer import train
