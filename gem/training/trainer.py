@@ -30,7 +30,7 @@ from gem.training.data import SYNTHETIC_PREFIX, SyntheticLoader, default_synthet
 from gem.training.distributed import (
     DistEnv, attach_embedding_optimizer, close_distributed, init_distributed, shard_model, unwrap,
 )
-from gem.training.efficiency import EfficiencyMeter, measure_peak_flops, process_start_time
+from gem.training.efficiency import EfficiencyMeter, cached_peak_flops, measure_peak_flops, process_start_time
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile
 from gem.training.step import build_dense_optimizer, eval_step, train_step
 from gem.training.tracking import Tracker
@@ -250,11 +250,13 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             if eval_features:
                 tracker.log_input(eval_features, spec.to_dict(), 0, "evaluation")
 
-        peak = measure_peak_flops(env.device, torch.bfloat16 if cfg.precision == "bf16" else torch.float32) \
-            if cfg.measure_peak else float("nan")
+        # The peak seen before on this machine; measured after the last step when there is
+        # none (seconds of matmuls that would otherwise delay the first step).
+        peak_dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
+        peak = cached_peak_flops(env.device, peak_dtype) if cfg.measure_peak else None
         phases["perf/startup_other_s"] = time.perf_counter() - mark
         log.info("startup phases: %s", {k.split("/")[1]: round(v, 2) for k, v in phases.items()})
-        meter = EfficiencyMeter(train_flops_per_example, peak, env.world_size, launch)
+        meter = EfficiencyMeter(train_flops_per_example, peak or float("nan"), env.world_size, launch)
         task_weights = tuple(cfg.task_weights)
         step = progress["step"]
         last_saved = step
@@ -298,6 +300,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                 break
         if step != last_saved:
             _save(ckpt, dmp, dense_opt, scheduler, loader, step, progress["epoch"], tracker.run_id)
+        if cfg.measure_peak and peak is None:
+            meter.peak = measure_peak_flops(env.device, peak_dtype)
         perf = {**meter.summary(), **phases}
         tracker.log_metrics(perf, step)
         full_state = _gather_full_state(dmp, env)

@@ -9,7 +9,7 @@ gem/training/efficiency.py; in short:
 
 - mfu: model FLOP/s over the wall time from the end of the first step to the end of
   the last one, divided by peak_flops;
-- peak_flops: the best of square fp32 matmuls of 1024 and 2048 (bf16: 1024), measured
+- peak_flops: the best of square matmuls of 1024 and 2048 in the training dtype, measured
   right after training, or the best measured before on this machine if higher (the
   cache keeps the best: a peak taken while other jobs load the machine would inflate
   MFU);
@@ -68,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from gem.training.efficiency import measure_peak_flops
 
     dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
-    # bf16 matmuls without hardware support run ~100x slower: one size is enough there.
-    peak_sizes = (1024, 2048) if dtype == torch.float32 else (1024,)
-    peak = max(measure_peak_flops("cpu", dtype, size=n, refresh=True) for n in peak_sizes)
+    peak = max(measure_peak_flops("cpu", dtype, size=n, refresh=True) for n in (1024, 2048))
     sizes = count_parameters(build_model(model_cfg, default_synthetic_spec()))
     phases = {k.split("/")[1]: v for k, v in perf.items() if k.startswith("perf/startup_") and k.endswith("_s")}
     figures = {
