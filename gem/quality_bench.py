@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gem.data.contract import SURFACES
 from gem.utils.bench import print_table, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +137,22 @@ def run_trainer(arch: str, train_dir: Path, eval_dir: Path, args, tracking_uri: 
            "calibration": metrics.get("calibration/all/click", float("nan")),
            "steps": metrics.get("steps", 0), "epochs": args.epochs,
            "config": f"train={args.train_preset} model={args.model_preset} batch={args.batch_size}"}
+    for surface in SURFACES:
+        if f"auc/{surface}/click" in metrics:
+            out[f"auc_{surface}"] = metrics[f"auc/{surface}/click"]
+            out[f"ne_{surface}"] = metrics.get(f"ne/{surface}/click", float("nan"))
     return out
+
+
+def surface_wins(gem: dict, baseline: dict) -> dict:
+    """Per surface, whether GEM beats the baseline on click AUC and on NE (lower is better)."""
+    wins = {}
+    for surface in SURFACES:
+        keys = (f"auc_{surface}", f"ne_{surface}")
+        if all(k in gem and k in baseline for k in keys):
+            wins[surface] = {"auc": bool(gem[keys[0]] > baseline[keys[0]]),
+                             "ne": bool(gem[keys[1]] < baseline[keys[1]])}
+    return wins
 
 
 def run_reference(name: str, train, test, args) -> dict:
@@ -209,6 +225,10 @@ def bench_dataset(name: str, root: Path, args, tracking_uri: str) -> tuple[dict,
     scored = {m: f["auc"] for m, f in figures.items() if isinstance(f.get("auc"), float) and f["auc"] == f["auc"]}
     if scored:
         figures["best_by_auc"] = max(scored, key=scored.get)
+    if "gem" in figures and "dlrm_baseline" in figures:
+        wins = surface_wins(figures["gem"], figures["dlrm_baseline"])
+        figures["gem_vs_dlrm_by_surface"] = wins
+        figures["gem_beats_dlrm_every_surface"] = bool(wins) and all(w["auc"] and w["ne"] for w in wins.values())
     return figures, sizes
 
 

@@ -80,3 +80,10 @@ def test_missing_real_data_is_skipped_with_reason(tmp_path, monkeypatch):
     monkeypatch.setattr(qb, "SHARED", tmp_path / "absent")
     assert "not found" in qb.make_dataset("movielens100k", tmp_path / "ml")
     assert "not found" in qb.make_dataset("taobao", tmp_path / "tb")
+
+
+def test_surface_wins_needs_both_auc_and_ne_per_surface():
+    gem = {"auc_feed": 0.70, "ne_feed": 0.90, "auc_video": 0.60, "ne_video": 0.99}
+    dlrm = {"auc_feed": 0.65, "ne_feed": 0.95, "auc_video": 0.61, "ne_video": 0.98}
+    assert qb.surface_wins(gem, dlrm) == {"feed": {"auc": True, "ne": True}, "video": {"auc": False, "ne": False}}
+    assert qb.surface_wins({}, dlrm) == {}
