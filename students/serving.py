@@ -150,6 +150,13 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
             "mean_ms": float(ms.mean()), "requests": len(samples)}
 
 
+def _requests(users: list[int], items: list[int], count: int, candidates: int, seed: int) -> list[tuple[int, list[int]]]:
+    """Seeded (user, candidates) requests, the same for every path measured."""
+    rng = np.random.default_rng(seed)
+    return [(int(rng.choice(users)), [int(i) for i in rng.choice(items, candidates, replace=len(items) < candidates)])
+            for _ in range(count)]
+
+
 def measure(scorer: Scorer, users: list[int], items: list[int], *, requests: int, candidates: int,
             now: dt.datetime, seed: int = 0, warmup: int = 10) -> dict:
     """p50/p99 of end-to-end requests (online reads + scoring) and of scoring alone.
@@ -157,9 +164,7 @@ def measure(scorer: Scorer, users: list[int], items: list[int], *, requests: int
     Like a serving process after start-up, the objects built so far are frozen out of the
     garbage collector's generations (``gc.freeze``) so a request never pays for scanning
     them."""
-    rng = np.random.default_rng(seed)
-    reqs = [(int(rng.choice(users)), [int(i) for i in rng.choice(items, candidates, replace=len(items) < candidates)])
-            for _ in range(requests + warmup)]
+    reqs = _requests(users, items, requests + warmup, candidates, seed)
     end_to_end, fetch, score_only = [], [], []
     gc.collect()
     gc.freeze()
@@ -179,6 +184,8 @@ def measure(scorer: Scorer, users: list[int], items: list[int], *, requests: int
         gc.unfreeze()
     return {"end_to_end": _percentiles(end_to_end), "feature_fetch": _percentiles(fetch),
             "score_only": _percentiles(score_only)}
+
+
 def sdk_fetch(scorer: Scorer, users: list[int], items: list[int], *, requests: int, candidates: int,
               now: dt.datetime, seed: int = 0, warmup: int = 10) -> dict:
     """The peer: the same reads as one uncached request through ``FeatureStore.get_online_features``
@@ -186,11 +193,8 @@ def sdk_fetch(scorer: Scorer, users: list[int], items: list[int], *, requests: i
     store = scorer.users.store
     user_refs = [f"{v}:{f}" for v, fs in scorer.users.features.items() for f in fs]
     item_refs = [f"{v}:{f}" for v, fs in scorer.items.features.items() for f in fs]
-    rng = np.random.default_rng(seed)
     samples = []
-    for k in range(requests + warmup):
-        user = int(rng.choice(users))
-        cands = [int(i) for i in rng.choice(items, candidates, replace=len(items) < candidates)]
+    for k, (user, cands) in enumerate(_requests(users, items, requests + warmup, candidates, seed)):
         t0 = time.perf_counter()
         store.get_online_features(features=user_refs, entity_rows=[{"user_id": user}]).to_dict()
         store.get_online_features(features=item_refs, entity_rows=[{"item_id": i} for i in cands]).to_dict()

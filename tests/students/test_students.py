@@ -148,7 +148,7 @@ def test_registry_links_student_to_teacher_version(tables, world):
 def test_serving_scores_a_request_from_the_feast_online_store(tables, world):
     from gem.data.contract import parse_utc
     from gem.features.feast_repo import materialize
-    from students.serving import Scorer, measure
+    from students.serving import Scorer, measure, sdk_fetch
 
     train, evaluation, spec = tables
     out = distill(train, evaluation, spec, _cfg({"representation": {"enabled": True}}, surfaces=["feed"]))
@@ -164,6 +164,8 @@ def test_serving_scores_a_request_from_the_feast_online_store(tables, world):
     assert x.teacher_emb is not None and bool(x.teacher_emb[:, :8].abs().sum() > 0)  # user embedding served
     timing = measure(scorer, [user], items, requests=5, candidates=20, now=end, warmup=1)
     assert timing["end_to_end"]["p99_ms"] >= timing["score_only"]["p99_ms"] > 0
+    peer = sdk_fetch(scorer, [user], items, requests=3, candidates=20, now=end, warmup=1)
+    assert peer["requests"] == 3 and peer["p99_ms"] > 0
 
     cached = Scorer(model, world.repo, world.features["teacher"], surface="feed", cache_items=True)
     cached.preload_items(items[:10], end)
