@@ -201,7 +201,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     mark = time.perf_counter()
     ckpt = Checkpointer(out / "checkpoints", env.rank, env.world_size, cfg.keep_checkpoints)
     saved = ckpt.load() if resume else None
-    # Opens the store and the run on its own thread while the model is built and trains.
+    # The tracking worker process opens the store and the run while the model is built.
     run_id = (saved["progress"]["run_id"] or None) if saved else None
     tracker = Tracker(env.is_main, cfg.tracking_uri or f"sqlite:///{(out / 'mlflow.db').resolve()}",
                       cfg.experiment, cfg.run_name, run_id=run_id, system_metrics=cfg.system_metrics)
