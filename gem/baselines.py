@@ -43,6 +43,7 @@ class Examples:
     dense_names: list[str]
     labels: np.ndarray  # float32 (N, T): click, conversion
     tasks: list[str]
+    day: np.ndarray  # int64 (N,): days since 1970-01-01 (UTC) of the example's shard
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -53,10 +54,13 @@ class Examples:
 
 def load_examples(features_dir: str | Path, *, max_seq_len: int | None = None,
                   batch_size: int = 8192) -> Examples:
-    """Every example of a features build, in loader order (no shuffle, no drop)."""
+    """Every example of a features build, day by day (oldest first), no shuffle, no drop."""
     from gem.features.loader import FeatureLoader
 
-    loader = FeatureLoader(features_dir, batch_size=batch_size, shuffle=False, drop_last=False)
+    loader = FeatureLoader(features_dir, batch_size=batch_size, shuffle=False, drop_last=False, shard_order="time")
+    shards = loader.shard_days()
+    day = np.repeat(np.array([d for _, d, _ in shards], dtype="datetime64[D]").astype(np.int64),
+                    [n for _, _, n in shards])
     spec = loader.spec
     length = min(max_seq_len or spec.max_seq_len, spec.max_seq_len)
     names = list(spec.sparse)
@@ -84,7 +88,7 @@ def load_examples(features_dir: str | Path, *, max_seq_len: int | None = None,
         sparse=np.concatenate(parts["sparse"]), sparse_names=names, cardinality=dict(spec.sparse),
         history=np.concatenate(parts["history"]), history_len=np.concatenate(parts["len"]),
         dense=np.concatenate(parts["dense"]).astype(np.float32), dense_names=list(spec.dense),
-        labels=np.concatenate(parts["labels"]).astype(np.float32), tasks=list(spec.tasks),
+        labels=np.concatenate(parts["labels"]).astype(np.float32), tasks=list(spec.tasks), day=day,
     )
 
 
@@ -183,8 +187,12 @@ def fuxictr_feature_map(ex: Examples, root: str | Path, *, dataset_id: str = "ge
 
 
 def fuxictr_batches(ex: Examples, batch_size: int, *, shuffle: bool, seed: int = 0, task: int = 0):
-    """Batches as FuxiCTR models take them: {feature name: tensor, "click": labels}."""
-    order = np.random.default_rng(seed).permutation(len(ex)) if shuffle else np.arange(len(ex))
+    """Batches as FuxiCTR models take them: {feature name: tensor, "click": labels}. Shuffled
+    within each day, days oldest first: the order GEM's trainer reads (shard_order="time")."""
+    order = np.arange(len(ex))
+    if shuffle:
+        order = np.random.default_rng(seed).permutation(len(ex))
+        order = order[np.argsort(ex.day[order], kind="stable")]
     sparse, history = torch.from_numpy(ex.sparse), torch.from_numpy(ex.history)
     dense, labels = torch.from_numpy(ex.dense), torch.from_numpy(ex.labels[:, task].copy())
     for lo in range(0, len(order), batch_size):

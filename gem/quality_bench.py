@@ -18,6 +18,16 @@ Models: ``gem`` and ``dlrm_baseline`` (gem.training.trainer.train_and_evaluate),
 (smoothed per-item click rate). NE = log loss / entropy of the held-out base rate
 (lower is better; 1.0 is the constant base-rate predictor). ``examples_per_s`` is
 training throughput (examples processed per second of training, all epochs).
+
+Training recipe, the same for every trained model: one pass over the training window
+(``--epochs 1``; deep CTR models over-fit from their second pass over the same
+examples), read day by day, oldest first, shuffled within each day (the trainer's
+``shard_order="time"``, and the same order for the FuxiCTR models), so that each model
+ends on the freshest day as it would on the live stream. GEM and DLRM decay their dense
+lr on a cosine to the last step (the train preset's ``optim.lr_decay``). Models trained
+from a random init run once per seed (``--seeds``, default 3); their figures are the
+means over seeds, with ``*_std`` the spread and ``auc_by_seed``/``ne_by_seed``.
+``gem_vs_dlrm_by_surface`` compares the seed means per surface.
 Real datasets under ../shared/data are skipped, with the reason recorded, when absent.
 """
 
@@ -42,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("GEM_SHARED_DATA", ROOT.parent / "shared" / "data"))
 DATASETS = ("simulator", "movielens100k", "taobao")
 MODELS = ("item_ctr", "lr_ids", "dlrm_baseline", "gem", "fuxictr_din", "fuxictr_wukong")
+SEEDED = ("dlrm_baseline", "gem", "fuxictr_din", "fuxictr_wukong")  # trained from a random init
 TASKS = ("click", "conversion")
 
 log = logging.getLogger("quality")
@@ -49,7 +60,7 @@ log = logging.getLogger("quality")
 
 # ---- data ----
 
-def make_dataset(name: str, out: Path, *, sim_users: int = 3000, sim_items: int = 3000, sim_days: int = 6) -> str:
+def make_dataset(name: str, out: Path, *, sim_users: int = 12000, sim_items: int = 5000, sim_days: int = 8) -> str:
     """Write the contract dataset ``name`` under ``out``; returns "" or why it was skipped."""
     if name == "simulator":
         from gem.data.simulate import SimulatorConfig, simulate
@@ -120,15 +131,15 @@ def build_split(data_dir: Path, out: Path, split: dict, max_seq_len: int) -> tup
 
 # ---- models ----
 
-def run_trainer(arch: str, train_dir: Path, eval_dir: Path, args, tracking_uri: str) -> dict:
+def run_trainer(arch: str, train_dir: Path, eval_dir: Path, args, tracking_uri: str, seed: int = 0) -> dict:
     from gem.training.config import load_train_config
     from gem.training.trainer import train_and_evaluate
 
     cfg, model_cfg = load_train_config(args.train_preset, [
-        f"model_preset={args.model_preset}", f"model.arch={arch}", f"epochs={args.epochs}",
+        f"model_preset={args.model_preset}", f"model.arch={arch}", f"epochs={args.epochs}", f"seed={seed}",
         f"batch_size={args.batch_size}", "checkpoint_every=0", "log_every=50", "system_metrics=false",
         "log_model=false", "measure_peak=false", f"tracking_uri={tracking_uri}", "experiment=quality-bench",
-        f"run_name=quality-{arch}"])
+        f"run_name=quality-{arch}-seed{seed}"])
     metrics = train_and_evaluate(str(train_dir), str(eval_dir), model_cfg, cfg)
     out = {"auc": metrics.get("auc/all/click", float("nan")), "ne": metrics.get("ne/all/click", float("nan")),
            "examples_per_s": metrics.get("perf/examples_per_s", float("nan")),
@@ -144,18 +155,38 @@ def run_trainer(arch: str, train_dir: Path, eval_dir: Path, args, tracking_uri: 
     return out
 
 
+def over_seeds(run, seeds: int) -> dict:
+    """``run(seed)`` for each seed: numeric figures averaged over the seeds, with the
+    spread of AUC and NE (``auc_std``, ``ne_std``, ...) and the per-seed values."""
+    runs = [run(seed) for seed in range(seeds)]
+    out = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, float):
+            values = np.array([r[key] for r in runs], dtype=np.float64)
+            out[key] = float(values.mean())
+            if key.startswith(("auc", "ne")):
+                out[f"{key}_std"] = float(values.std(ddof=1)) if seeds > 1 else 0.0
+    out["seeds"] = seeds
+    out["auc_by_seed"] = [r["auc"] for r in runs]
+    out["ne_by_seed"] = [r["ne"] for r in runs]
+    return out
+
+
 def surface_wins(gem: dict, baseline: dict) -> dict:
-    """Per surface, whether GEM beats the baseline on click AUC and on NE (lower is better)."""
+    """Per surface, whether GEM beats the baseline on click AUC and on NE (lower is better),
+    with the margins (GEM minus baseline), on the seed means."""
     wins = {}
     for surface in SURFACES:
         keys = (f"auc_{surface}", f"ne_{surface}")
         if all(k in gem and k in baseline for k in keys):
             wins[surface] = {"auc": bool(gem[keys[0]] > baseline[keys[0]]),
-                             "ne": bool(gem[keys[1]] < baseline[keys[1]])}
+                             "ne": bool(gem[keys[1]] < baseline[keys[1]]),
+                             "auc_margin": gem[keys[0]] - baseline[keys[0]],
+                             "ne_margin": gem[keys[1]] - baseline[keys[1]]}
     return wins
 
 
-def run_reference(name: str, train, test, args) -> dict:
+def run_reference(name: str, train, test, args, seed: int = 0) -> dict:
     from gem import baselines
 
     out: dict = {}
@@ -171,7 +202,7 @@ def run_reference(name: str, train, test, args) -> dict:
         else:
             kind = name.split("_", 1)[1]
             res = baselines.train_fuxictr(kind, train, test, epochs=args.epochs, batch_size=args.batch_size, task=t,
-                                          max_len=args.fuxictr_seq_len)
+                                          max_len=args.fuxictr_seq_len, seed=seed)
             pred, seen = res["pred"], res["train_examples_seen"]
             config = f"emb=16 epochs={args.epochs} batch={args.batch_size} seq_len={args.fuxictr_seq_len} adam 1e-3"
         seconds = time.perf_counter() - start
@@ -211,8 +242,11 @@ def bench_dataset(name: str, root: Path, args, tracking_uri: str) -> tuple[dict,
         start = time.perf_counter()
         try:
             if model in ("gem", "dlrm_baseline"):
-                figures[model] = run_trainer("gem" if model == "gem" else "dlrm", train_dir, eval_dir, args,
-                                             tracking_uri)
+                arch = "gem" if model == "gem" else "dlrm"
+                figures[model] = over_seeds(
+                    lambda seed: run_trainer(arch, train_dir, eval_dir, args, tracking_uri, seed), args.seeds)
+            elif model in SEEDED:
+                figures[model] = over_seeds(lambda seed: run_reference(model, train, test, args, seed), args.seeds)
             else:
                 figures[model] = run_reference(model, train, test, args)
         except Exception as exc:  # noqa: BLE001 - one failing model must not lose the others
@@ -236,15 +270,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--sim-users", type=int, default=3000)
-    parser.add_argument("--sim-items", type=int, default=3000)
-    parser.add_argument("--sim-days", type=int, default=6)
+    parser.add_argument("--sim-users", type=int, default=12000)
+    parser.add_argument("--sim-items", type=int, default=5000)
+    parser.add_argument("--sim-days", type=int, default=8)
     parser.add_argument("--eval-frac", type=float, default=0.1)
     parser.add_argument("--max-seq-len", type=int, default=64)
     parser.add_argument("--fuxictr-seq-len", type=int, default=64)
     parser.add_argument("--train-preset", default="tiny")
     parser.add_argument("--model-preset", default="tiny")
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=1,
+                        help="passes over the training window (CTR models over-fit from the second)")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="trained models run once per seed; figures are the means")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-conversion", dest="conversion", action="store_false",
@@ -261,7 +298,7 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(level=logging.WARNING)
 
     figures: dict = {}
-    sizes: dict = {"models": args.models, "epochs": args.epochs, "batch_size": args.batch_size,
+    sizes: dict = {"models": args.models, "epochs": args.epochs, "seeds": args.seeds, "batch_size": args.batch_size,
                    "train_preset": args.train_preset, "model_preset": args.model_preset,
                    "max_seq_len": args.max_seq_len, "fuxictr_seq_len": args.fuxictr_seq_len,
                    "simulator": {"users": args.sim_users, "items": args.sim_items, "days": args.sim_days},
@@ -281,7 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
             rows.append((f"{name}", f"skipped: {models['skipped']}"))
             continue
         for model, f in models.items():
-            if isinstance(f, dict):
+            if model in MODELS and isinstance(f, dict):
                 rows.append((f"{name}/{model}", "error" if "error" in f else
                              f"auc {f['auc']:.4f}  ne {f['ne']:.4f}  {f['examples_per_s']:.0f} ex/s"))
         rows.append((f"{name} best by auc", models.get("best_by_auc", "-")))

@@ -1,8 +1,12 @@
 """FeatureLoader: shards of a features build -> gem.data.batch.Batch, deterministic and resumable.
 
 Order of an epoch (seed, epoch, num_workers fixed => the same batches in the same order):
-- shards are permuted by ``(seed, epoch)`` (when shuffling) and dealt round-robin to
-  S = max(1, num_workers) streams; stream s reads shards ``order[s::S]`` in turn;
+- shards are ordered by ``shard_order``: "random" permutes them by ``(seed, epoch)``
+  (when shuffling); "time" takes them day by day, oldest first, the buckets of a day
+  permuted by ``(seed, epoch)`` (when shuffling), so a model trained on a time window
+  ends on its freshest day, as a model trained on the live stream would;
+- shards are dealt round-robin to S = max(1, num_workers) streams; stream s reads
+  shards ``order[s::S]`` in turn;
 - within a shard, examples are permuted by ``(seed, epoch, shard)``; a stream cuts its
   examples into batches of ``batch_size`` (a batch may span two shards of the stream;
   only the stream's last batch can be short, dropped when ``drop_last``);
@@ -45,7 +49,8 @@ from gem.features.shards import DENSE_FEATURES, dense_features
 from gem.features.storage import dir_bytes
 
 DEFAULT_CACHE_EVENTS = 4_000_000  # decoded history events kept per stream (24 bytes each)
-STATE_KEYS = ("seed", "batch_size", "num_workers", "shuffle", "drop_last", "shards", "digest")
+STATE_KEYS = ("seed", "batch_size", "num_workers", "shuffle", "shard_order", "drop_last", "shards", "digest")
+SHARD_ORDERS = ("random", "time")
 
 
 def read_manifest(features_dir: str | Path) -> dict:
@@ -207,7 +212,9 @@ class FeatureLoader:
 
     def __init__(self, features_dir: str | Path, *, batch_size: int, shuffle: bool = True, seed: int = 0,
                  num_workers: int = 0, shards: list[str] | None = None, drop_last: bool = False,
-                 cache_events: int = DEFAULT_CACHE_EVENTS):
+                 cache_events: int = DEFAULT_CACHE_EVENTS, shard_order: str = "random"):
+        if shard_order not in SHARD_ORDERS:
+            raise ValueError(f"shard_order={shard_order!r} must be one of {SHARD_ORDERS}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if num_workers < 0:
@@ -233,6 +240,8 @@ class FeatureLoader:
                 raise ValueError(f"{directory}: missing or changed since the manifest was written")
         self._index = {name: i for i, name in enumerate(entries)}  # stable per-shard RNG key
         self.shard_names = names
+        self._days = [entries[n]["day"] for n in names]
+        self.shard_order = shard_order
         self._counts = np.array([entries[n]["examples"] for n in names], dtype=np.int64)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.num_workers, self.drop_last, self.cache_events = num_workers, drop_last, cache_events
@@ -253,10 +262,17 @@ class FeatureLoader:
     def __len__(self) -> int:
         return len(self._schedule(self.epoch))
 
+    def shard_days(self) -> list[tuple[str, str, int]]:
+        """(shard, day, examples) in the order one stream reads them this epoch."""
+        return [(self.shard_names[i], self._days[i], int(self._counts[i])) for i in self._shard_order(self.epoch)]
+
     # -- order -----------------------------------------------------------------------
     def _shard_order(self, epoch: int) -> np.ndarray:
         n = len(self.shard_names)
-        return np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
+        order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
+        if self.shard_order == "time":  # stable: a day's shards keep their (permuted) order
+            order = order[np.argsort([self._days[i] for i in order], kind="stable")]
+        return order
 
     def _stream_shards(self, epoch: int, stream: int) -> list[int]:
         return [int(i) for i in self._shard_order(epoch)[stream::self.num_streams]]
@@ -334,9 +350,10 @@ class FeatureLoader:
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self._position, "seed": self.seed,
                 "batch_size": self.batch_size, "num_workers": self.num_workers, "shuffle": self.shuffle,
-                "drop_last": self.drop_last, "shards": list(self.shard_names), "digest": self.manifest["digest"]}
+                "shard_order": self.shard_order, "drop_last": self.drop_last, "shards": list(self.shard_names), "digest": self.manifest["digest"]}
 
     def load_state_dict(self, state: dict) -> None:
+        state = {"shard_order": "random", **state}  # states saved before shard_order existed
         for key in STATE_KEYS:
             if state.get(key) != self.state_dict()[key]:
                 raise ValueError(

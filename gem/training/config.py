@@ -21,6 +21,10 @@ class OptimConfig:
     embedding_eps: float = 1e-8
     grad_clip: float = 0.0  # dense max-norm; 0 disables
     warmup_steps: int = 0
+    # after warmup: "none" keeps dense_lr; "linear"/"cosine" fall to dense_lr * min_lr_ratio
+    # at the last step (max_steps, else epochs x batches per epoch)
+    lr_decay: str = "none"
+    min_lr_ratio: float = 0.0
 
 
 @dataclass(kw_only=True)
@@ -45,6 +49,9 @@ class TrainConfig:
     sharding: ShardingConfig = field(default_factory=ShardingConfig)
     num_workers: int = 0
     shuffle: bool = True
+    # "time": day by day, oldest first (the model ends on the freshest day, as on the live
+    # stream); "random": shards in a seeded random order. See gem/features/loader.py.
+    shard_order: str = "time"
     checkpoint_every: int = 100  # steps; 0 disables periodic checkpoints
     keep_checkpoints: int = 2
     log_every: int = 10
@@ -60,6 +67,10 @@ class TrainConfig:
     def validate(self) -> "TrainConfig":
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r} must be one of {PRECISIONS}")
+        from gem.features.loader import SHARD_ORDERS
+
+        if self.shard_order not in SHARD_ORDERS:
+            raise ValueError(f"shard_order={self.shard_order!r} must be one of {SHARD_ORDERS}")
         if self.engine not in ENGINES:
             raise ValueError(f"engine={self.engine!r} must be one of {ENGINES}")
         if self.batch_size <= 0 or self.epochs <= 0:

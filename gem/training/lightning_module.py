@@ -38,7 +38,8 @@ class GEMLightningModule(pl.LightningModule):
     def configure_optimizers(self):
         optimizer, self._scheduler = build_dense_optimizer(
             self.model, self.cfg.optim.dense_lr, self.cfg.optim.weight_decay, self.cfg.optim.betas,
-            self.cfg.optim.warmup_steps)
+            self.cfg.optim.warmup_steps, decay=self.cfg.optim.lr_decay,
+            total_steps=int(self.trainer.estimated_stepping_batches), min_lr_ratio=self.cfg.optim.min_lr_ratio)
         return optimizer
 
     def training_step(self, batch, batch_idx: int):

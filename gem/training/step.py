@@ -9,6 +9,8 @@ everything else.
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -60,17 +62,39 @@ def train_step(model: nn.Module, batch: Batch, dense_optimizer: torch.optim.Opti
     return StepResult(loss.detach(), per_task, torch.sigmoid(out.logits.detach().float()))
 
 
+DECAYS = ("none", "linear", "cosine")
+
+
+def lr_factor(step: int, *, warmup_steps: int = 0, decay: str = "none", total_steps: int = 0,
+              min_ratio: float = 0.0) -> float:
+    """The dense lr multiplier after ``step`` optimizer steps: a linear warmup over
+    ``warmup_steps``, then (``decay`` != "none") a linear or cosine fall to ``min_ratio``
+    at ``total_steps``."""
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if decay == "none" or total_steps <= warmup_steps:
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    shape = 1.0 - progress if decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return min_ratio + (1.0 - min_ratio) * shape
+
+
 def build_dense_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: list[float],
-                          warmup_steps: int = 0):
-    """AdamW over the dense parameters, with an optional linear warmup; returns (opt, sched)."""
+                          warmup_steps: int = 0, *, decay: str = "none", total_steps: int = 0,
+                          min_lr_ratio: float = 0.0):
+    """AdamW over the dense parameters with the ``lr_factor`` schedule; returns (opt, sched),
+    sched None when the lr is constant."""
+    if decay not in DECAYS:
+        raise ValueError(f"lr decay={decay!r} must be one of {DECAYS}")
     params = dense_parameters(model)
     # fused=True runs one kernel per step on CPU and GPU (the per-tensor loop dominated
     # small-batch CPU steps).
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay,
                                   betas=(float(betas[0]), float(betas[1])), fused=True)
     scheduler = None
-    if warmup_steps > 0:
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup_steps))
+    if warmup_steps > 0 or (decay != "none" and total_steps > 0):
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(
+            lr_factor, warmup_steps=warmup_steps, decay=decay, total_steps=total_steps, min_ratio=min_lr_ratio))
     return optimizer, scheduler
 
 

@@ -69,7 +69,13 @@ def make_loader(features: str, cfg: TrainConfig, *, train: bool):
     from gem.features.loader import FeatureLoader
 
     return FeatureLoader(features, batch_size=cfg.batch_size, shuffle=cfg.shuffle and train, seed=cfg.seed,
-                         num_workers=cfg.num_workers, drop_last=train)
+                         num_workers=cfg.num_workers, drop_last=train, shard_order=cfg.shard_order)
+
+
+def total_steps(cfg: TrainConfig, loader) -> int:
+    """Optimizer steps the run will take (the lr schedule's horizon)."""
+    per_epoch = cfg.epochs * len(loader)
+    return min(cfg.max_steps, per_epoch) if cfg.max_steps else per_epoch
 
 
 def seed_everything(seed: int) -> None:
@@ -225,7 +231,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             apply_compile(unwrap(dmp))
         phases["perf/startup_shard_s"], mark = time.perf_counter() - mark, time.perf_counter()
         dense_opt, scheduler = build_dense_optimizer(
-            dmp, cfg.optim.dense_lr, cfg.optim.weight_decay, cfg.optim.betas, cfg.optim.warmup_steps)
+            dmp, cfg.optim.dense_lr, cfg.optim.weight_decay, cfg.optim.betas, cfg.optim.warmup_steps,
+            decay=cfg.optim.lr_decay, total_steps=total_steps(cfg, loader), min_lr_ratio=cfg.optim.min_lr_ratio)
 
         progress: dict[str, Any] = {"step": 0, "epoch": 0, "resumed_epoch": -1}
         if saved is not None:

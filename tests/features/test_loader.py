@@ -113,3 +113,28 @@ def test_later_shards_alone_and_a_tiny_segment_cache_give_the_same_examples(conv
     for eid in alone:
         for key, value in alone[eid].items():
             np.testing.assert_array_equal(value, full[eid][key], err_msg=f"{eid} {key}")
+
+
+def test_time_order_takes_days_oldest_first_and_shuffles_within_a_day(conv_features):
+    base = FeatureLoader(conv_features, batch_size=64, shuffle=False)
+    day_of = {}
+    for name, day in zip(base.shard_names, base._days):
+        for ids in example_ids(FeatureLoader(conv_features, batch_size=4096, shuffle=False, shards=[name])):
+            day_of.update(dict.fromkeys(ids.tolist(), day))
+    assert len(set(day_of.values())) > 1
+    runs = {}
+    for seed in (1, 2):
+        loader = FeatureLoader(conv_features, batch_size=64, seed=seed, shard_order="time")
+        flat = np.concatenate(example_ids(loader))
+        days = [day_of[i] for i in flat.tolist()]
+        assert days == sorted(days) and len(flat) == len(day_of)
+        runs[seed] = flat
+    assert not np.array_equal(runs[1], runs[2])
+    random_order = [day_of[i] for i in np.concatenate(example_ids(FeatureLoader(conv_features, batch_size=64,
+                                                                                seed=1))).tolist()]
+    assert random_order != sorted(random_order)
+    resumed = FeatureLoader(conv_features, batch_size=64, seed=2)
+    with pytest.raises(ValueError, match="shard_order"):
+        resumed.load_state_dict(loader.state_dict())
+    with pytest.raises(ValueError, match="shard_order"):
+        FeatureLoader(conv_features, batch_size=64, shard_order="newest")

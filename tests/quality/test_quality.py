@@ -19,7 +19,7 @@ SIM = ["--sim-users", "1000", "--sim-items", "800", "--sim-days", "4"]
 def split(tmp_path_factory):
     root = tmp_path_factory.mktemp("quality")
     # the benchmark's simulator size: smaller splits leave too few clicks to learn from
-    assert qb.make_dataset("simulator", root / "data", sim_users=3000, sim_items=3000, sim_days=6) == ""
+    assert qb.make_dataset("simulator", root / "data") == ""
     windows = qb.choose_split(root / "data", 0.1)
     train_dir, eval_dir = qb.build_split(root / "data", root, windows, max_seq_len=32)
     return windows, baselines.load_examples(train_dir), baselines.load_examples(eval_dir)
@@ -27,9 +27,11 @@ def split(tmp_path_factory):
 
 def test_split_holds_out_the_last_day(split):
     windows, train, test = split
-    assert windows["eval_days"] == 1 and windows["train_days"] == 5
-    assert windows["cut"].startswith("2026-01-06")
+    assert windows["eval_days"] == 1 and windows["train_days"] == 7
+    assert windows["cut"].startswith("2026-01-08")
     assert len(train) > 3 * len(test) > 0
+    # examples come day by day; the held-out day follows the training days
+    assert (np.diff(train.day) >= 0).all() and len(np.unique(train.day)) == 7 and test.day.min() > train.day.max()
     # the eval build reuses the train vocabularies: every id fits the train tables
     assert test.cardinality == train.cardinality
     assert (test.sparse < np.array([train.cardinality[n] for n in train.sparse_names])).all()
@@ -54,9 +56,9 @@ def test_reference_models_beat_chance(split):
     assert lr["auc"] > 0.6 and ctr["auc"] > 0.56, (lr, ctr)
     assert lr["ne"] < 1.02 and ctr["ne"] < 1.02, (lr, ctr)
     for kind in ("din", "wukong"):
-        res = baselines.train_fuxictr(kind, train, test, epochs=2, batch_size=256, max_len=32)
+        res = baselines.train_fuxictr(kind, train, test, epochs=1, batch_size=256, max_len=32)
         assert res["pred"].shape == (len(test),) and np.isfinite(res["pred"]).all()
-        assert res["train_examples_seen"] == 2 * len(train)
+        assert res["train_examples_seen"] == len(train)
         figures = baselines.score(y, res["pred"])
         assert figures["auc"] > 0.57, (kind, figures)
         assert figures["ne"] < 1.05, (kind, figures)
@@ -85,5 +87,16 @@ def test_missing_real_data_is_skipped_with_reason(tmp_path, monkeypatch):
 def test_surface_wins_needs_both_auc_and_ne_per_surface():
     gem = {"auc_feed": 0.70, "ne_feed": 0.90, "auc_video": 0.60, "ne_video": 0.99}
     dlrm = {"auc_feed": 0.65, "ne_feed": 0.95, "auc_video": 0.61, "ne_video": 0.98}
-    assert qb.surface_wins(gem, dlrm) == {"feed": {"auc": True, "ne": True}, "video": {"auc": False, "ne": False}}
+    wins = qb.surface_wins(gem, dlrm)
+    assert {s: (w["auc"], w["ne"]) for s, w in wins.items()} == {"feed": (True, True), "video": (False, False)}
+    assert wins["feed"]["auc_margin"] == pytest.approx(0.05) and wins["video"]["ne_margin"] == pytest.approx(0.01)
     assert qb.surface_wins({}, dlrm) == {}
+
+
+def test_over_seeds_reports_means_spreads_and_each_seed():
+    runs = {0: {"auc": 0.70, "ne": 0.92, "auc_feed": 0.6, "steps": 5, "config": "x"},
+            1: {"auc": 0.72, "ne": 0.90, "auc_feed": 0.8, "steps": 5, "config": "x"}}
+    out = qb.over_seeds(runs.__getitem__, 2)
+    assert out["auc"] == pytest.approx(0.71) and out["ne"] == pytest.approx(0.91)
+    assert out["auc_feed"] == pytest.approx(0.7) and out["auc_feed_std"] == pytest.approx(0.1414, abs=1e-4)
+    assert out["auc_by_seed"] == [0.70, 0.72] and out["seeds"] == 2 and out["steps"] == 5 and out["config"] == "x"

@@ -106,3 +106,26 @@ def test_bf16_compile_and_checkpointing_step_runs():
     losses = [float(train_step(model, b, opt, precision="bf16").loss) for b in loader]
     assert all(math.isfinite(x) for x in losses)
     assert not torch.equal(before, model.heads.trunk[0].weight)
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor_at_the_last_step():
+    from gem.training.step import build_dense_optimizer, lr_factor
+
+    kw = dict(warmup_steps=4, total_steps=20, min_ratio=0.1)
+    assert [lr_factor(s, **kw) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    for decay in ("linear", "cosine"):
+        curve = [lr_factor(s, decay=decay, **kw) for s in range(4, 20)]
+        assert curve[0] == 1.0 and all(a > b for a, b in zip(curve, curve[1:]))
+        assert 0.1 < curve[-1] < 0.2 and lr_factor(25, decay=decay, **kw) == pytest.approx(0.1)
+    assert lr_factor(19, decay="none", **kw) == 1.0
+    model = torch.nn.Linear(2, 1)
+    opt, sched = build_dense_optimizer(model, 1e-2, 0.0, [0.9, 0.999], decay="cosine", total_steps=10)
+    lrs = []
+    for _ in range(10):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[0] == pytest.approx(1e-2) and lrs[-1] < 1e-3 and lrs == sorted(lrs, reverse=True)
+    assert build_dense_optimizer(model, 1e-2, 0.0, [0.9, 0.999])[1] is None
+    with pytest.raises(ValueError, match="lr decay"):
+        build_dense_optimizer(model, 1e-2, 0.0, [0.9, 0.999], decay="step")
