@@ -19,12 +19,13 @@ Models: ``gem`` and ``dlrm_baseline`` (gem.training.trainer.train_and_evaluate),
 (lower is better; 1.0 is the constant base-rate predictor). ``examples_per_s`` is
 training throughput (examples processed per second of training, all epochs).
 
-Training recipe, the same for every trained model: one pass over the training window
-(``--epochs 1``; deep CTR models over-fit from their second pass over the same
-examples), read day by day, oldest first, shuffled within each day (the trainer's
-``shard_order="time"``, and the same order for the FuxiCTR models), so that each model
-ends on the freshest day as it would on the live stream. GEM and DLRM decay their dense
-lr on a cosine to the last step (the train preset's ``optim.lr_decay``). Models trained
+Training: one pass over the training window for every trained model (``--epochs 1``;
+deep CTR models over-fit from their second pass over the same examples). GEM and DLRM
+read it day by day, oldest first, shuffled within each day (the trainer's
+``shard_order="time"``), so that each model ends on the freshest day as it would on the
+live stream, and decaying the dense lr on a cosine to the last step (the train preset's
+``optim.lr_decay``). The FuxiCTR models train as FuxiCTR does, on examples shuffled over
+the whole window with a constant-lr Adam (they scored lower in the day order). Models trained
 from a random init run once per seed (``--seeds``, default 3); their figures are the
 means over seeds, with ``*_std`` the spread and ``auc_by_seed``/``ne_by_seed``.
 ``gem_vs_dlrm_by_surface`` compares the seed means per surface.
