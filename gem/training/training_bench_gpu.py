@@ -22,7 +22,7 @@ from gem.utils.bench import print_table, write_result
 SYNTHETIC = "synthetic://{n}?rows=1000000&max_seq_len=512&mean_len=192"
 
 
-def run_one(preset: str, steps: int, batch_size: int) -> dict:
+def run_one(preset: str, steps: int, batch_size: int, extra: tuple[str, ...] = ()) -> dict:
     import tempfile
 
     import torch
@@ -34,6 +34,7 @@ def run_one(preset: str, steps: int, batch_size: int) -> dict:
                  f"max_steps={steps}", "precision=bf16", "compile=true"]
     if batch_size:
         overrides.append(f"batch_size={batch_size}")
+    overrides.extend(extra)  # after the defaults above: a CPU smoke test turns compile off
     cfg, model_cfg = load_train_config(preset, overrides)
     with tempfile.TemporaryDirectory() as out:
         result = train(SYNTHETIC.format(n=cfg.batch_size * (steps + 1)), out, cfg, model_cfg)

@@ -129,3 +129,15 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor_at_the_last_step():
     assert build_dense_optimizer(model, 1e-2, 0.0, [0.9, 0.999])[1] is None
     with pytest.raises(ValueError, match="lr decay"):
         build_dense_optimizer(model, 1e-2, 0.0, [0.9, 0.999], decay="step")
+
+
+def test_gpu_benchmark_measures_one_preset_on_any_device():
+    """The H200 script's per-preset path, run small on the CPU so that it can't rot
+    between the sessions that have a GPU."""
+    from gem.training.training_bench_gpu import run_one
+
+    figures = run_one("tiny", steps=3, batch_size=32, extra=("compile=false", "measure_peak=false"))
+    assert figures["steps"] == 3 and figures["batch_size"] == 32
+    assert figures["examples_per_s"] > 0 and figures["train_flops_per_example"] > 0
+    assert figures["startup_seconds"] > 0 and 0 < figures["effective_training_time"] <= 1
+    assert math.isnan(figures["mfu"]) or 0 < figures["mfu"] < 1
