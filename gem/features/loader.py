@@ -350,7 +350,8 @@ class FeatureLoader:
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self._position, "seed": self.seed,
                 "batch_size": self.batch_size, "num_workers": self.num_workers, "shuffle": self.shuffle,
-                "shard_order": self.shard_order, "drop_last": self.drop_last, "shards": list(self.shard_names), "digest": self.manifest["digest"]}
+                "shard_order": self.shard_order, "drop_last": self.drop_last, "shards": list(self.shard_names),
+                "digest": self.manifest["digest"]}
 
     def load_state_dict(self, state: dict) -> None:
         state = {"shard_order": "random", **state}  # states saved before shard_order existed

@@ -74,8 +74,8 @@ def make_loader(features: str, cfg: TrainConfig, *, train: bool):
 
 def total_steps(cfg: TrainConfig, loader) -> int:
     """Optimizer steps the run will take (the lr schedule's horizon)."""
-    per_epoch = cfg.epochs * len(loader)
-    return min(cfg.max_steps, per_epoch) if cfg.max_steps else per_epoch
+    every_epoch = cfg.epochs * len(loader)
+    return min(cfg.max_steps, every_epoch) if cfg.max_steps else every_epoch
 
 
 def seed_everything(seed: int) -> None:

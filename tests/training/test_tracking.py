@@ -24,6 +24,9 @@ def test_mlflow_run_contents(single_run):
     assert 0 < metrics["perf.mfu"] < 1 and 0 < metrics["perf.effective_training_time"] <= 1
     history = client.get_metric_history(result.run_id, "train.loss")
     assert [m.step for m in history] == [5]  # log_every=5 with 8 steps
+    # the tiny preset's cosine decay over the run's 8 steps: 0.31 of dense_lr after 5
+    decayed = 0.5 * (1 + math.cos(math.pi * 5 / 8)) * float(params["train.optim.dense_lr"])
+    assert math.isclose(metrics["train.lr"], decayed, rel_tol=1e-5)
     assert run.inputs.dataset_inputs and run.inputs.dataset_inputs[0].dataset.digest == params["data.training.digest"]
     artifacts = {a.path for a in client.list_artifacts(result.run_id, "plots")}
     assert {"plots/calibration.png", "plots/auc_per_surface.png"} <= artifacts
