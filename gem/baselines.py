@@ -43,7 +43,6 @@ class Examples:
     dense_names: list[str]
     labels: np.ndarray  # float32 (N, T): click, conversion
     tasks: list[str]
-    day: np.ndarray  # int64 (N,): days since 1970-01-01 (UTC) of the example's shard
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -58,9 +57,6 @@ def load_examples(features_dir: str | Path, *, max_seq_len: int | None = None,
     from gem.features.loader import FeatureLoader
 
     loader = FeatureLoader(features_dir, batch_size=batch_size, shuffle=False, drop_last=False, shard_order="time")
-    shards = loader.shard_days()
-    day = np.repeat(np.array([d for _, d, _ in shards], dtype="datetime64[D]").astype(np.int64),
-                    [n for _, _, n in shards])
     spec = loader.spec
     length = min(max_seq_len or spec.max_seq_len, spec.max_seq_len)
     names = list(spec.sparse)
@@ -88,7 +84,7 @@ def load_examples(features_dir: str | Path, *, max_seq_len: int | None = None,
         sparse=np.concatenate(parts["sparse"]), sparse_names=names, cardinality=dict(spec.sparse),
         history=np.concatenate(parts["history"]), history_len=np.concatenate(parts["len"]),
         dense=np.concatenate(parts["dense"]).astype(np.float32), dense_names=list(spec.dense),
-        labels=np.concatenate(parts["labels"]).astype(np.float32), tasks=list(spec.tasks), day=day,
+        labels=np.concatenate(parts["labels"]).astype(np.float32), tasks=list(spec.tasks),
     )
 
 

@@ -262,10 +262,6 @@ class FeatureLoader:
     def __len__(self) -> int:
         return len(self._schedule(self.epoch))
 
-    def shard_days(self) -> list[tuple[str, str, int]]:
-        """(shard, day, examples) in the order one stream reads them this epoch."""
-        return [(self.shard_names[i], self._days[i], int(self._counts[i])) for i in self._shard_order(self.epoch)]
-
     # -- order -----------------------------------------------------------------------
     def _shard_order(self, epoch: int) -> np.ndarray:
         n = len(self.shard_names)

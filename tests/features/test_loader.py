@@ -116,9 +116,9 @@ def test_later_shards_alone_and_a_tiny_segment_cache_give_the_same_examples(conv
 
 
 def test_time_order_takes_days_oldest_first_and_shuffles_within_a_day(conv_features):
-    base = FeatureLoader(conv_features, batch_size=64, shuffle=False)
     day_of = {}
-    for name, day in zip(base.shard_names, base._days):
+    for shard in FeatureLoader(conv_features, batch_size=64).manifest["shards"]:
+        name, day = shard["name"], shard["day"]
         for ids in example_ids(FeatureLoader(conv_features, batch_size=4096, shuffle=False, shards=[name])):
             day_of.update(dict.fromkeys(ids.tolist(), day))
     assert len(set(day_of.values())) > 1
