@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gem.config import load_config
 from gem.data.simulate import SimulatorConfig, simulate
-from gem.utils.bench import print_table, write_result
+from benchmarks.results import print_table, write_result
 
 
 def stage_seconds(workspace: Path, run_prefix: str) -> dict[str, float]:
@@ -29,7 +29,7 @@ def stage_seconds(workspace: Path, run_prefix: str) -> dict[str, float]:
     import mlflow
 
     from gem import tracking
-    from gem.stages import EXPERIMENT
+    from gem.registry import EXPERIMENT
 
     tracking.configure(workspace, experiment=EXPERIMENT)
     runs = mlflow.search_runs(experiment_names=[EXPERIMENT], output_format="list",
@@ -47,9 +47,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--preset", choices=("tiny", "small"), default="small")
     args = parser.parse_args()
-    from pipelines.refresh_cycle import dataset_until, run_cycle
+    from gem_app.refresh.cycle import dataset_until, run_cycle
 
-    from gem.pipeline_cli import PRESETS
+    from gem_app.pipeline_cli import PRESETS
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -1,5 +1,5 @@
 import sys
 
-from gem.cli import main
+from gem_app.cli import main
 
 sys.exit(main())

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gem.cli import COMMANDS
+from gem_app.cli import COMMANDS
 
 EXPECTED = ["data", "features", "train", "knowledge", "distill", "pipeline", "refresh"]
 

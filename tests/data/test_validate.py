@@ -13,7 +13,7 @@ import pytest
 
 from gem.data.contract import EVENTS_SCHEMA, ContractError, Manifest, day_dir
 from gem.data.validate import validate_dataset
-from gem.cli import main as cli_main
+from gem_app.cli import main as cli_main
 
 UTC = dt.timezone.utc
 

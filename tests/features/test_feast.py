@@ -102,7 +102,7 @@ def test_training_attributes_come_from_point_in_time_retrieval(applied_repo, con
 
 
 def test_cli_feast_apply_and_materialize_from_a_fresh_clone(conv_dataset, tmp_path, capsys):
-    from gem.cli import main
+    from gem_app.cli import main
 
     repo = fresh_clone(tmp_path)
     assert main(["features", "materialize", "--repo", str(repo), "--end", "2026-01-03T00:00:00Z"]) == 2

@@ -17,7 +17,7 @@ from gem.knowledge.generate import (
 )
 from gem.knowledge.teacher import load_teacher, teacher_outputs
 from gem.knowledge.windows import example_keys
-from students.testing import TEACHER_NAME, WINDOWS
+from tests.students.fixtures import TEACHER_NAME, WINDOWS
 
 
 def test_schema_counts_and_tags(world):
@@ -101,7 +101,7 @@ def test_point_in_time_retrieval_through_feast(world):
 
 
 def test_generate_cli_with_local_teacher_replaces_output(world, tmp_path):
-    from gem.cli import main
+    from gem_app.cli import main
 
     out = tmp_path / "k"
     out.mkdir()

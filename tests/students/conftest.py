@@ -1,6 +1,6 @@
 import pytest
 
-from students.testing import tiny_world
+from tests.students.fixtures import tiny_world
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from gem.model import forward_flops_per_example
 from students.config import DistillConfig, StudentModelConfig
 from students.data import attach_knowledge, load_table
 from students.distill import distill
-from students.testing import TEACHER_NAME
+from tests.students.fixtures import TEACHER_NAME
 
 STUDENT = {"embedding_dim": 8, "history_len": 4, "mlp_hidden": [16, 8]}
 METHODS = {
@@ -215,7 +215,7 @@ def test_online_reader_matches_feast_get_online_features(tables, world):
 
 
 def test_summary_lifts_and_transfer_ratio():
-    from students.experiment import summarise, transfer_ratio
+    from benchmarks.transfer.experiment import summarise, transfer_ratio
 
     rows = []
     for seed, shift in ((0, 0.0), (1, 0.02)):
@@ -240,7 +240,7 @@ def test_summary_lifts_and_transfer_ratio():
 def test_distill_cli_registers_students(world, tmp_path):
     import mlflow
 
-    from gem.cli import main
+    from gem_app.cli import main
 
     out = tmp_path / "run"
     assert main(["distill", "run", "--train", str(world.features["student"]), "--eval", str(world.features["eval"]),

@@ -134,7 +134,7 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor_at_the_last_step():
 def test_gpu_benchmark_measures_one_preset_on_any_device():
     """The H200 script's per-preset path, run small on the CPU so that it can't rot
     between the sessions that have a GPU."""
-    from gem.training.training_bench_gpu import run_one
+    from benchmarks.training_bench_gpu import run_one
 
     figures = run_one("tiny", steps=3, batch_size=32, extra=("compile=false", "measure_peak=false"))
     assert figures["steps"] == 3 and figures["batch_size"] == 32

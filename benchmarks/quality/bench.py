@@ -1,0 +1,330 @@
+"""Quality benchmark: GEM against simpler and published CTR models on one time split.
+
+`python -m benchmarks.quality.bench [--datasets simulator,movielens100k,taobao] [--models ...]`
+(or `python -m benchmarks quality`) writes benchmarks/results/quality.json:
+``{dataset: {model: {"auc", "ne", "examples_per_s", ...}}}`` for the click task (and
+``conversion_auc``/``conversion_ne`` where a model gives it), plus the split sizes.
+
+Per dataset, every model trains on the same examples and is scored on the same held-out
+examples: the last UTC day(s) of the dataset, as few as hold >= ``--eval-frac`` of the ad
+impressions (the last day on the simulator and Taobao; on MovieLens, whose ratings are
+spread thin over months, the last few weeks). Both windows are features builds of the
+same dataset (`build_features` with a train window and an eval window; the eval build
+reuses the train build's vocabularies, so ids unseen in training map to 0).
+
+Models: ``gem`` and ``dlrm_baseline`` (gem.training.trainer.train_and_evaluate),
+``fuxictr_wukong`` and ``fuxictr_din`` (FuxiCTR layers, see gem/baselines.py),
+``lr_ids`` (logistic regression on one-hot user and item ids) and ``item_ctr``
+(smoothed per-item click rate). NE = log loss / entropy of the held-out base rate
+(lower is better; 1.0 is the constant base-rate predictor). ``examples_per_s`` is
+training throughput (examples processed per second of training, all epochs).
+
+Training: one pass over the training window for every trained model (``--epochs 1``;
+deep CTR models over-fit from their second pass over the same examples). GEM and DLRM
+read it day by day, oldest first, shuffled within each day (the trainer's
+``shard_order="time"``), so that each model ends on the freshest day as it would on the
+live stream, and decaying the dense lr on a cosine to the last step (the train preset's
+``optim.lr_decay``). The FuxiCTR models train as FuxiCTR does, on examples shuffled over
+the whole window with a constant-lr Adam (they scored lower in the day order). Models trained
+from a random init run once per seed (``--seeds``, default 3); their figures are the
+means over seeds, with ``*_std`` the spread and ``auc_by_seed``/``ne_by_seed``.
+``gem_vs_dlrm_by_surface`` compares the seed means per surface.
+Real datasets under ../shared/data are skipped, with the reason recorded, when absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gem.data.contract import SURFACES
+from benchmarks.results import print_table, shared_data, write_result
+
+SHARED = shared_data()
+DATASETS = ("simulator", "movielens100k", "taobao")
+MODELS = ("item_ctr", "lr_ids", "dlrm_baseline", "gem", "fuxictr_din", "fuxictr_wukong")
+SEEDED = ("dlrm_baseline", "gem", "fuxictr_din", "fuxictr_wukong")  # trained from a random init
+TASKS = ("click", "conversion")
+
+log = logging.getLogger("quality")
+
+
+# ---- data ----
+
+def make_dataset(name: str, out: Path, *, sim_users: int = 12000, sim_items: int = 5000, sim_days: int = 8) -> str:
+    """Write the contract dataset ``name`` under ``out``; returns "" or why it was skipped."""
+    if name == "simulator":
+        from gem.data.simulate import SimulatorConfig, simulate
+
+        simulate(SimulatorConfig(users=sim_users, items=sim_items, days=sim_days, seed=0, workers=1), out,
+                 progress=False)
+        return ""
+    if name == "movielens100k":
+        raw = SHARED / "movielens-100k"
+        if not (raw / "u.data").is_file():
+            return f"{raw}/u.data not found (shared data absent)"
+        from gem.data.adapters.movielens import convert_movielens
+
+        convert_movielens(raw, out)
+        return ""
+    if name == "taobao":
+        raw = SHARED / "taobao-userbehavior" / "UserBehavior.csv"
+        if not raw.is_file():
+            return f"{raw} not found (shared data absent)"
+        from gem.data.adapters.taobao import convert_taobao
+
+        convert_taobao(raw, out)
+        return ""
+    raise ValueError(f"unknown dataset {name!r}; choose from {DATASETS}")
+
+
+def choose_split(data_dir: Path, eval_frac: float) -> dict:
+    """The train/eval windows: eval = the last UTC days holding >= eval_frac of the ad
+    impressions (at least one day, never all of them)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from gem.data.contract import EVENTS_DIR, Manifest
+
+    manifest = Manifest.read(data_dir)
+    table = ds.dataset(data_dir / EVENTS_DIR, format="parquet", partitioning="hive").to_table(
+        columns=["event_time", "is_ad"], filter=ds.field("is_ad"))
+    days = pc.cast(pc.floor_temporal(table.column("event_time"), unit="day"), "string").to_pylist()
+    counts: dict[str, int] = {}
+    for day in days:
+        counts[day[:10]] = counts.get(day[:10], 0) + 1
+    ordered = sorted(counts)
+    total, held = sum(counts.values()), 0
+    cut_day = ordered[-1]
+    for day in reversed(ordered[1:]):
+        held += counts[day]
+        cut_day = day
+        if held >= eval_frac * total:
+            break
+    cut = dt.datetime.fromisoformat(cut_day).replace(tzinfo=dt.timezone.utc)
+    return {"train_start": manifest.start.isoformat(), "cut": cut.isoformat(), "eval_end": manifest.end.isoformat(),
+            "eval_days": sum(1 for d in ordered if d >= cut_day), "train_days": sum(1 for d in ordered if d < cut_day),
+            "ad_impressions": total, "eval_ad_impressions": held}
+
+
+def build_split(data_dir: Path, out: Path, split: dict, max_seq_len: int) -> tuple[Path, Path]:
+    from gem.features import build_features
+    from gem.features.config import FeaturesConfig
+
+    train_dir, eval_dir = out / "features_train", out / "features_eval"
+    build_features(data_dir, train_dir, FeaturesConfig(max_seq_len=max_seq_len, num_buckets=2, workers=1),
+                   window_start=split["train_start"], window_end=split["cut"])
+    build_features(data_dir, eval_dir, FeaturesConfig(max_seq_len=max_seq_len, num_buckets=2, workers=1,
+                                                      vocab_from=str(train_dir)),
+                   window_start=split["cut"], window_end=split["eval_end"])
+    return train_dir, eval_dir
+
+
+# ---- models ----
+
+def run_trainer(arch: str, train_dir: Path, eval_dir: Path, args, tracking_uri: str, seed: int = 0) -> dict:
+    from gem.training.config import load_train_config
+    from gem.training.trainer import train_and_evaluate
+
+    cfg, model_cfg = load_train_config(args.train_preset, [
+        f"model_preset={args.model_preset}", f"model.arch={arch}", f"epochs={args.epochs}", f"seed={seed}",
+        f"batch_size={args.batch_size}", "checkpoint_every=0", "log_every=50", "system_metrics=false",
+        "log_model=false", "measure_peak=false", f"tracking_uri={tracking_uri}", "experiment=quality-bench",
+        f"run_name=quality-{arch}-seed{seed}"])
+    metrics = train_and_evaluate(str(train_dir), str(eval_dir), model_cfg, cfg)
+    out = {"auc": metrics.get("auc/all/click", float("nan")), "ne": metrics.get("ne/all/click", float("nan")),
+           "examples_per_s": metrics.get("perf/examples_per_s", float("nan")),
+           "conversion_auc": metrics.get("auc/all/conversion", float("nan")),
+           "conversion_ne": metrics.get("ne/all/conversion", float("nan")),
+           "calibration": metrics.get("calibration/all/click", float("nan")),
+           "steps": metrics.get("steps", 0), "epochs": args.epochs,
+           "config": f"train={args.train_preset} model={args.model_preset} batch={args.batch_size}"}
+    for surface in SURFACES:
+        if f"auc/{surface}/click" in metrics:
+            out[f"auc_{surface}"] = metrics[f"auc/{surface}/click"]
+            out[f"ne_{surface}"] = metrics.get(f"ne/{surface}/click", float("nan"))
+    return out
+
+
+def over_seeds(run, seeds: int) -> dict:
+    """``run(seed)`` for each seed: numeric figures averaged over the seeds, with the
+    spread of AUC and NE (``auc_std``, ``ne_std``, ...) and the per-seed values."""
+    runs = [run(seed) for seed in range(seeds)]
+    out = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, float):
+            values = np.array([r[key] for r in runs], dtype=np.float64)
+            out[key] = float(values.mean())
+            if key.startswith(("auc", "ne")):
+                out[f"{key}_std"] = float(values.std(ddof=1)) if seeds > 1 else 0.0
+    out["seeds"] = seeds
+    out["auc_by_seed"] = [r["auc"] for r in runs]
+    out["ne_by_seed"] = [r["ne"] for r in runs]
+    return out
+
+
+def surface_wins(gem: dict, baseline: dict) -> dict:
+    """Per surface, whether GEM beats the baseline on click AUC and on NE (lower is better),
+    with the margins (GEM minus baseline), on the seed means."""
+    wins = {}
+    for surface in SURFACES:
+        keys = (f"auc_{surface}", f"ne_{surface}")
+        if all(k in gem and k in baseline for k in keys):
+            wins[surface] = {"auc": bool(gem[keys[0]] > baseline[keys[0]]),
+                             "ne": bool(gem[keys[1]] < baseline[keys[1]]),
+                             "auc_margin": gem[keys[0]] - baseline[keys[0]],
+                             "ne_margin": gem[keys[1]] - baseline[keys[1]]}
+    return wins
+
+
+def run_reference(name: str, train, test, args, seed: int = 0) -> dict:
+    from benchmarks.quality import baselines
+
+    out: dict = {}
+    for t, task in enumerate(TASKS):
+        if task == "conversion" and (not args.conversion or (name.startswith("fuxictr") and
+                                                             not args.fuxictr_conversion)):
+            continue
+        start = time.perf_counter()
+        if name == "item_ctr":
+            pred, seen, config = baselines.item_ctr(train, test, task=t), len(train), "prior_weight=20"
+        elif name == "lr_ids":
+            pred, seen, config = baselines.lr_ids(train, test, task=t), len(train), "one-hot user+item, C=1"
+        else:
+            kind = name.split("_", 1)[1]
+            res = baselines.train_fuxictr(kind, train, test, epochs=args.epochs, batch_size=args.batch_size, task=t,
+                                          max_len=args.fuxictr_seq_len, seed=seed)
+            pred, seen = res["pred"], res["train_examples_seen"]
+            config = f"emb=16 epochs={args.epochs} batch={args.batch_size} seq_len={args.fuxictr_seq_len} adam 1e-3"
+        seconds = time.perf_counter() - start
+        s = baselines.score(test.labels[:, t], pred)
+        if task == "click":
+            out.update({"auc": s["auc"], "ne": s["ne"], "examples_per_s": seen / max(seconds, 1e-9),
+                        "calibration": float(np.mean(pred) / max(test.labels[:, 0].mean(), 1e-9)),
+                        "train_seconds": seconds, "config": config})
+        else:
+            out.update({"conversion_auc": s["auc"], "conversion_ne": s["ne"]})
+    return out
+
+
+# ---- driver ----
+
+def bench_dataset(name: str, root: Path, args, tracking_uri: str) -> tuple[dict, dict]:
+    from benchmarks.quality import baselines
+
+    data_dir = root / name / "data"
+    started = time.perf_counter()
+    skipped = make_dataset(name, data_dir, sim_users=args.sim_users, sim_items=args.sim_items, sim_days=args.sim_days)
+    if skipped:
+        print(f"[quality] {name}: skipped: {skipped}", flush=True)
+        return {"skipped": skipped}, {}
+    split = choose_split(data_dir, args.eval_frac)
+    train_dir, eval_dir = build_split(data_dir, root / name, split, args.max_seq_len)
+    train, test = baselines.load_examples(train_dir), baselines.load_examples(eval_dir)
+    sizes = {**split, "train_examples": len(train), "eval_examples": len(test),
+             "train_click_rate": float(train.labels[:, 0].mean()), "eval_click_rate": float(test.labels[:, 0].mean()),
+             "eval_conversion_rate": float(test.labels[:, 1].mean()),
+             "eval_unknown_item_share": float((test.column("item_id") == 0).mean()),
+             "eval_unknown_user_share": float((test.column("user_id") == 0).mean()),
+             "prepare_seconds": time.perf_counter() - started}
+    print(f"[quality] {name}: {len(train)} train / {len(test)} eval examples, split {split['cut']}", flush=True)
+    figures: dict = {}
+    for model in args.models:
+        start = time.perf_counter()
+        try:
+            if model in ("gem", "dlrm_baseline"):
+                arch = "gem" if model == "gem" else "dlrm"
+                figures[model] = over_seeds(
+                    lambda seed: run_trainer(arch, train_dir, eval_dir, args, tracking_uri, seed), args.seeds)
+            elif model in SEEDED:
+                figures[model] = over_seeds(lambda seed: run_reference(model, train, test, args, seed), args.seeds)
+            else:
+                figures[model] = run_reference(model, train, test, args)
+        except Exception as exc:  # noqa: BLE001 - one failing model must not lose the others
+            traceback.print_exc()
+            figures[model] = {"error": f"{type(exc).__name__}: {exc}"}
+        figures[model]["wall_seconds"] = time.perf_counter() - start
+        shown = figures[model]
+        print(f"[quality] {name}/{model}: auc={shown.get('auc', float('nan')):.4f} "
+              f"ne={shown.get('ne', float('nan')):.4f} ({shown['wall_seconds']:.0f}s)", flush=True)
+    scored = {m: f["auc"] for m, f in figures.items() if isinstance(f.get("auc"), float) and f["auc"] == f["auc"]}
+    if scored:
+        figures["best_by_auc"] = max(scored, key=scored.get)
+    if "gem" in figures and "dlrm_baseline" in figures:
+        wins = surface_wins(figures["gem"], figures["dlrm_baseline"])
+        figures["gem_vs_dlrm_by_surface"] = wins
+        figures["gem_beats_dlrm_every_surface"] = bool(wins) and all(w["auc"] and w["ne"] for w in wins.values())
+    return figures, sizes
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--sim-users", type=int, default=12000)
+    parser.add_argument("--sim-items", type=int, default=5000)
+    parser.add_argument("--sim-days", type=int, default=8)
+    parser.add_argument("--eval-frac", type=float, default=0.1)
+    parser.add_argument("--max-seq-len", type=int, default=64)
+    parser.add_argument("--fuxictr-seq-len", type=int, default=64)
+    parser.add_argument("--train-preset", default="tiny")
+    parser.add_argument("--model-preset", default="tiny")
+    parser.add_argument("--epochs", type=int, default=1,
+                        help="passes over the training window (CTR models over-fit from the second)")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="trained models run once per seed; figures are the means")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-conversion", dest="conversion", action="store_false",
+                        help="skip the conversion figures of lr_ids/item_ctr")
+    parser.add_argument("--fuxictr-conversion", action="store_true",
+                        help="also train FuxiCTR models on conversion (doubles their time)")
+    parser.add_argument("--results-dir", default=None)
+    args = parser.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(args.models) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown models {unknown}; choose from {MODELS}")
+    torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.WARNING)
+
+    figures: dict = {}
+    sizes: dict = {"models": args.models, "epochs": args.epochs, "seeds": args.seeds, "batch_size": args.batch_size,
+                   "train_preset": args.train_preset, "model_preset": args.model_preset,
+                   "max_seq_len": args.max_seq_len, "fuxictr_seq_len": args.fuxictr_seq_len,
+                   "simulator": {"users": args.sim_users, "items": args.sim_items, "days": args.sim_days},
+                   "eval_frac": args.eval_frac, "task": "click (primary); conversion_* where reported",
+                   "datasets": {}}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gem-quality-") as tmp:
+        root = Path(tmp)
+        tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
+        for name in [d for d in args.datasets.split(",") if d]:
+            figures[name], sizes["datasets"][name] = bench_dataset(name, root, args, tracking_uri)
+    sizes["total_seconds"] = time.perf_counter() - started
+    path = write_result("quality", figures, sizes=sizes, out_dir=args.results_dir)
+    rows = []
+    for name, models in figures.items():
+        if "skipped" in models:
+            rows.append((f"{name}", f"skipped: {models['skipped']}"))
+            continue
+        for model, f in models.items():
+            if model in MODELS and isinstance(f, dict):
+                rows.append((f"{name}/{model}", "error" if "error" in f else
+                             f"auc {f['auc']:.4f}  ne {f['ne']:.4f}  {f['examples_per_s']:.0f} ex/s"))
+        rows.append((f"{name} best by auc", models.get("best_by_auc", "-")))
+    print_table(f"quality, click task ({path})", rows)
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Content digests: what "the same input" means when a stage decides to reuse a result."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+
+_CHUNK = 1 << 20
+
+
+def file_digest(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_digest(root: str | Path, *, exclude: tuple[str, ...] = ()) -> str:
+    """sha256 over every file under ``root`` (relative path and bytes), in path order.
+    Hidden files and names in ``exclude`` (at any depth) are skipped; symlinks are
+    followed, so a view of another dataset hashes like the dataset."""
+    root = Path(root)
+    if not root.exists():
+        raise FileNotFoundError(f"{root}: nothing to digest")
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root)
+        if any(part.startswith(".") or part in exclude for part in rel.parts):
+            continue
+        h.update(str(rel.as_posix()).encode() + b"\0" + file_digest(path).encode())
+    return h.hexdigest()
+
+
+def value_digest(value: object) -> str:
+    """sha256 of a JSON-able value (keys sorted), e.g. a config or a reuse key."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@functools.cache
+def code_version() -> str:
+    """A digest of the project's own Python sources: a result computed by other code is
+    not reused."""
+    top = Path(__file__).resolve().parents[2]
+    h = hashlib.sha256()
+    for pkg in ("gem", "students", "kernels", "gem_app"):
+        for path in sorted((top / pkg).rglob("*.py")):
+            h.update(path.relative_to(top).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]

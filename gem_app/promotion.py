@@ -1,0 +1,118 @@
+"""Promotion gate: challenger vs champion on the same holdout, per surface.
+
+The champion of a registered model is the version holding the ``champion`` alias. A
+challenger version wins a surface when, on the same holdout examples, its AUC is at
+least ``min_auc_gain`` above the champion's and its normalized entropy at most
+``max_ne_increase`` above (NE: lower is better). It is promoted only if it wins every
+surface it is evaluated on (``require_all_surfaces``) or at least one (otherwise).
+With no champion yet, the challenger must clear ``min_auc`` on every surface.
+
+The decision and every figure are recorded either way: as tags on the challenger's
+model version here, and as metrics and ``gate_decision.json`` on the gate's MLflow run
+(gem_app/stages/gate.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from gem.registry import CHALLENGER, CHAMPION, champion_version
+
+
+@dataclass(kw_only=True)
+class GateConfig:
+    min_auc_gain: float = 0.0
+    max_ne_increase: float = 0.0
+    min_auc: float = 0.55
+    require_all_surfaces: bool = True
+
+
+@dataclass
+class SurfaceVerdict:
+    surface: str
+    challenger: dict[str, float]
+    champion: dict[str, float] | None
+    wins: bool
+    reason: str
+
+
+@dataclass
+class GateDecision:
+    model_name: str
+    challenger_version: str
+    champion_version: str | None
+    promote: bool
+    surfaces: list[SurfaceVerdict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        head = (f"{self.model_name} v{self.challenger_version} vs "
+                f"{'v' + self.champion_version if self.champion_version else 'no champion'}: "
+                f"{'PROMOTE' if self.promote else 'keep champion'}")
+        return "\n".join([head] + [f"  {v.surface:<10} {'win ' if v.wins else 'lose'} {v.reason}" for v in self.surfaces])
+
+
+def compare(challenger: dict[str, dict[str, float]], champion: dict[str, dict[str, float]] | None,
+            cfg: GateConfig) -> tuple[bool, list[SurfaceVerdict]]:
+    """Per-surface verdicts from metrics dicts ``{surface: {"auc": .., "ne": ..}}``."""
+    if not challenger:
+        raise ValueError("challenger has no evaluated surface; nothing to gate")
+    verdicts = []
+    for surface, metrics in sorted(challenger.items()):
+        reference = (champion or {}).get(surface)
+        if reference is None:
+            wins = metrics["auc"] >= cfg.min_auc
+            reason = f"auc {metrics['auc']:.4f} {'>=' if wins else '<'} min_auc {cfg.min_auc} (no champion figure)"
+        else:
+            auc_gain = metrics["auc"] - reference["auc"]
+            ne_increase = metrics["ne"] - reference["ne"]
+            wins = auc_gain >= cfg.min_auc_gain and ne_increase <= cfg.max_ne_increase
+            reason = (f"auc {metrics['auc']:.4f} vs {reference['auc']:.4f} (gain {auc_gain:+.4f}, need >= {cfg.min_auc_gain}); "
+                      f"ne {metrics['ne']:.4f} vs {reference['ne']:.4f} (increase {ne_increase:+.4f}, allow <= {cfg.max_ne_increase})")
+        verdicts.append(SurfaceVerdict(surface, metrics, reference, wins, reason))
+    wins = [v.wins for v in verdicts]
+    promote = all(wins) if cfg.require_all_surfaces else any(wins)
+    return promote, verdicts
+
+
+def decide(model_name: str, challenger_version: str, challenger_metrics: dict[str, dict[str, float]],
+           champion_metrics: dict[str, dict[str, float]] | None, cfg: GateConfig) -> GateDecision:
+    """Compare without side effects (champion figures are ignored when no champion exists)."""
+    current = champion_version(model_name)
+    promote, verdicts = compare(challenger_metrics, champion_metrics if current else None, cfg)
+    return GateDecision(model_name, str(challenger_version), current, promote, verdicts)
+
+
+def apply_decision(decision: GateDecision) -> GateDecision:
+    """Record the decision on the model version (and the active run), and move the
+    ``champion`` alias only when the challenger won; a loser gets ``challenger``."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    name, version = decision.model_name, decision.challenger_version
+    client.set_model_version_tag(name, version, "gate.decision", "promoted" if decision.promote else "rejected")
+    client.set_model_version_tag(name, version, "gate.against", decision.champion_version or "none")
+    for verdict in decision.surfaces:
+        client.set_model_version_tag(name, version, f"gate.{verdict.surface}", verdict.reason[:5000])
+    client.set_registered_model_alias(name, CHAMPION if decision.promote else CHALLENGER, version)
+    return decision
+
+
+def gate_and_promote(model_name: str, challenger_version: str, challenger_metrics: dict[str, dict[str, float]],
+                     champion_metrics: dict[str, dict[str, float]] | None, cfg: GateConfig) -> GateDecision:
+    return apply_decision(decide(model_name, challenger_version, challenger_metrics, champion_metrics, cfg))
+
+
+def decision_from_dict(raw: dict) -> GateDecision:
+    """Inverse of ``to_dict`` (also after kfp turned None into "")."""
+    surfaces = [SurfaceVerdict(v["surface"], v["challenger"], v.get("champion") or None, v["wins"], v["reason"])
+                for v in raw.get("surfaces", [])]
+    return GateDecision(raw["model_name"], str(raw["challenger_version"]), raw.get("champion_version") or None,
+                        bool(raw["promote"]), surfaces)
+
+
+def decision_json(decision: GateDecision) -> str:
+    return json.dumps(decision.to_dict(), indent=2, sort_keys=True)

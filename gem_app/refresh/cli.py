@@ -1,0 +1,84 @@
+"""`python -m gem refresh`: continuous refresh of GEM and the students.
+
+    python -m gem refresh --data runs/incoming --workspace runs/refresh          # one pass over new days
+    python -m gem refresh --data runs/incoming --workspace runs/refresh --every 1d
+    python -m gem refresh schedule --host https://kfp.example --package pipelines/compiled/refresh_pipeline.yaml
+
+A pass runs one cycle per newly arrived day (``--catch-up each``) or one cycle over
+all of them (``--catch-up batch``), under a lock: a second concurrent refresh refuses
+to start. A failed cycle leaves the state and the champions untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("refresh", help="run scheduled continuous-refresh cycles", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, help="contract dataset that keeps receiving day partitions")
+    parser.add_argument("--workspace", type=Path, default=Path("runs/refresh"),
+                        help="state, lock, MLflow store and one folder per cycle")
+    parser.add_argument("--every", default="", help="keep running on this interval (1d, 6h, 30m)")
+    parser.add_argument("--catch-up", choices=("each", "batch"), default="each",
+                        help="missed days: one cycle per day, or one cycle over all of them")
+    parser.add_argument("--first-day", default=None, help="first day to refresh when no state exists")
+    parser.add_argument("--preset", choices=("tiny", "small"), default="small")
+    parser.add_argument("--surfaces", default="", help="comma-separated surfaces (default: all)")
+    parser.add_argument("--max-cycles", type=int, default=0, help="with --every: stop after this many ticks")
+    parser.set_defaults(func=_refresh)
+    actions = parser.add_subparsers(dest="refresh_command", metavar="ACTION")
+    schedule = actions.add_parser("schedule", help="create the KFP recurring run of the compiled refresh pipeline")
+    schedule.add_argument("--host", required=True, help="KFP API endpoint")
+    schedule.add_argument("--package", type=Path, default=Path("pipelines/compiled/refresh_pipeline.yaml"))
+    schedule.add_argument("--cron", default="0 0 3 * * *", help="six-field cron (default: 03:00 daily)")
+    schedule.add_argument("--workspace", default="/workspace/refresh")
+    schedule.set_defaults(func=_schedule)
+
+
+def _refresh(args: argparse.Namespace) -> int:
+    from gem_app.pipeline_cli import PRESETS
+    from gem_app.refresh.state import RefreshBusy, RefreshConfig, parse_interval, run_every, run_refresh
+    from gem_app.refresh.cycle import run_cycle
+
+    if args.data is None:
+        print("error: --data is required", file=sys.stderr)
+        return 2
+    params = dict(PRESETS[args.preset])
+    params["surfaces"] = [s for s in args.surfaces.split(",") if s]
+    workspace = args.workspace.resolve()
+    cfg = RefreshConfig(data=str(args.data), state_dir=str(workspace), catch_up=args.catch_up,
+                        first_day=args.first_day).validate()
+
+    def one_pass() -> None:
+        for result in run_refresh(cfg, lambda days: run_cycle(days, data=args.data.resolve(), workspace=workspace,
+                                                              params=params)):
+            print(json.dumps(result, indent=1))
+
+    if not args.every:
+        try:
+            one_pass()
+        except RefreshBusy as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 3
+        return 0
+    run_every(parse_interval(args.every), one_pass, max_ticks=args.max_cycles or None)
+    return 0
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    from gem_app.pipelines.compile import create_recurring_refresh
+
+    if not args.package.is_file():
+        print(f"error: {args.package} not found; run `make compile` first", file=sys.stderr)
+        return 2
+    job = create_recurring_refresh(args.host, args.package, cron=args.cron, workspace=args.workspace)
+    print(f"created recurring run {job} ({args.cron}, max_concurrency=1, no_catchup)")
+    return 0

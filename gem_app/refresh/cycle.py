@@ -1,0 +1,53 @@
+"""One refresh cycle, locally: the accumulated dataset cut at the newest day, then the
+refresh pipeline (or, before any champion teacher exists, the full gem_pipeline)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+from gem.data.contract import DAY_PARTITION, EVENTS_DIR, ITEMS_FILE, USERS_FILE, Manifest
+
+
+def dataset_until(data: Path, last_day: dt.date, out: Path) -> Path:
+    """A view of ``data`` with the day partitions up to ``last_day`` (symlinks, no copy)."""
+    manifest = Manifest.read(data)
+    (out / EVENTS_DIR).mkdir(parents=True, exist_ok=True)
+    for name in (USERS_FILE, ITEMS_FILE):
+        if not (out / name).exists():
+            os.symlink((data / name).resolve(), out / name)
+    for folder in sorted((data / EVENTS_DIR).glob(f"{DAY_PARTITION}=*")):
+        day = dt.date.fromisoformat(folder.name.split("=", 1)[1])
+        target = out / EVENTS_DIR / folder.name
+        if day <= last_day and not target.exists():
+            os.symlink(folder.resolve(), target)
+    end = dt.datetime.combine(last_day + dt.timedelta(days=1), dt.time(), tzinfo=dt.timezone.utc)
+    manifest.window_end = min(manifest.end, end).isoformat()
+    manifest.write(out)
+    return out
+
+
+def has_champion_teacher(tracking_root: Path) -> bool:
+    from gem import registry, tracking
+
+    tracking.configure(tracking_root, experiment=registry.EXPERIMENT)
+    return registry.champion_version(registry.TEACHER_MODEL) is not None
+
+
+def run_cycle(days: list[dt.date], *, data: Path, workspace: Path, params: dict) -> dict:
+    from gem_app.pipelines.local import run_pipeline
+
+    cycle = workspace / "cycles" / days[-1].isoformat()
+    view = dataset_until(data, days[-1], cycle / "input")
+    refresh = has_champion_teacher(workspace)
+    summary = run_pipeline(cycle, refresh=refresh, tracking_root=str(workspace.resolve()),
+                           data=str(view.resolve()), run_id=f"refresh-{days[-1].isoformat()}", **params)
+    return {"days": [d.isoformat() for d in days], "mode": "refresh" if refresh else "full",
+            "promoted": {row["surface"]: row["promoted"] for row in summary["surfaces"]},
+            "summary": str(cycle / "summary.json")}
+
+
+def read_summary(cycle_dir: Path) -> dict:
+    return json.loads((cycle_dir / "summary.json").read_text())

@@ -1,0 +1,125 @@
+"""What every stage shares, written once: which pipeline run it belongs to, its MLflow
+run, and reuse of a finished result keyed on the content of its inputs.
+
+A stage function does its step's work and returns a typed result (a dataclass with
+``as_dict``); ``tracked`` gives it an MLflow run nested under the pipeline's parent run
+with the lineage tags; ``Reuse`` records the result beside the stage's outputs under a
+key of input digests, config and code version, and hands it back on a rerun only when
+every part of that key is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+from gem import registry, tracking
+from gem.data.io import write_json_atomic
+from gem.utils.digest import code_version, value_digest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class RunContext:
+    """Which pipeline run a stage belongs to and where MLflow lives (JSON-serialised
+    into every component as one string parameter)."""
+
+    pipeline_run_id: str
+    tracking_root: str  # local MLflow store root (ignored when MLFLOW_TRACKING_URI is set)
+    parent_run_id: str = ""
+    experiment: str = registry.EXPERIMENT
+
+    def __post_init__(self) -> None:
+        if not self.tracking_root:
+            raise ValueError("RunContext.tracking_root is empty; give the local MLflow store's folder")
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def loads(cls, text: str) -> "RunContext":
+        return cls(**json.loads(text))
+
+    def configure(self) -> str:
+        return tracking.configure(self.tracking_root, experiment=self.experiment)
+
+
+class StageResult:
+    """Base of every stage's typed result: ``as_dict`` is what a kfp component returns
+    (kfp parameters can't carry None: nested None becomes "")."""
+
+    def as_dict(self) -> dict:
+        return without_nulls(asdict(self))  # type: ignore[call-overload]
+
+
+def without_nulls(value):
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return "" if value is None else value
+
+
+def start_pipeline(ctx: RunContext, *, params: dict | None = None, tags: dict | None = None) -> RunContext:
+    """Create the pipeline's parent run (left open; ``finish_pipeline`` closes it)."""
+    import mlflow
+
+    ctx.configure()
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name(ctx.experiment)
+    run = client.create_run(experiment.experiment_id, run_name=f"pipeline-{ctx.pipeline_run_id}",
+                            tags={tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, **(tags or {})})
+    for key, value in (params or {}).items():
+        client.log_param(run.info.run_id, key, str(value)[:500])
+    return RunContext(pipeline_run_id=ctx.pipeline_run_id, tracking_root=ctx.tracking_root,
+                      parent_run_id=run.info.run_id, experiment=ctx.experiment)
+
+
+def finish_pipeline(ctx: RunContext, summary: dict, status: str = "FINISHED") -> None:
+    import mlflow
+
+    ctx.configure()
+    client = mlflow.MlflowClient()
+    client.log_dict(ctx.parent_run_id, summary, "pipeline_summary.json")
+    client.set_terminated(ctx.parent_run_id, status=status)
+
+
+@contextmanager
+def tracked(ctx: RunContext, name: str, *, tags: dict | None = None) -> Iterator[object]:
+    """An MLflow run for one stage, nested under the pipeline run, with lineage tags."""
+    ctx.configure()
+    all_tags = {tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, **(tags or {})}
+    with tracking.stage_run(name, tags=all_tags, parent_run_id=ctx.parent_run_id or None) as run:
+        yield run
+
+
+class Reuse:
+    """A finished stage's result, recorded at ``path`` under a content key.
+
+    The key holds what the result depends on: digests of the input data, the resolved
+    config, upstream model versions, and the code version (added here). A path or a
+    file's existence alone never makes a result reusable."""
+
+    def __init__(self, path: str | Path, key: dict):
+        self.path = Path(path)
+        self.key = {**key, "code": code_version()}
+        self.digest = value_digest(self.key)
+
+    def get(self) -> dict | None:
+        if not self.path.is_file():
+            return None
+        record = json.loads(self.path.read_text())
+        if record.get("digest") != self.digest:
+            log.info("%s: inputs changed since it was recorded; running the stage again", self.path)
+            return None
+        log.info("%s: same inputs as the finished run; reusing its result", self.path)
+        return record["result"]
+
+    def put(self, result: dict) -> dict:
+        write_json_atomic({"digest": self.digest, "key": self.key, "result": result}, self.path)
+        return result

@@ -1,0 +1,152 @@
+"""features: plan one window (stage its inputs), build its shards (fanned out), finalize
+it (report and manifest, written last); feast_materialize: the attribute and
+recent-behaviour sources into the Feast repo and its online store.
+
+Reuse: the plan records a content key (the dataset's digest, the window, the resolved
+config, the vocabularies it borrows); a window is reused only under the same key, and
+shards left by a killed build of the same key are kept, those of another key dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from gem import tracking
+from gem.protocol import window_tag
+from gem.utils.digest import tree_digest, value_digest
+from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
+
+PLAN_RECORD = "features_plan.json"
+DONE_RECORD = "features_stage.json"
+
+
+@dataclass(kw_only=True)
+class FeaturesResult(StageResult):
+    features: str
+    examples: int
+    digest: str
+    window: str
+
+
+def _config(preset: str, vocab_from: str, overrides: list[str] | None):
+    from gem.config import load_config
+    from gem.features.config import FeaturesConfig
+
+    extra = [f"vocab_from={vocab_from}"] if vocab_from else []
+    return load_config(FeaturesConfig, section="features", preset=preset, overrides=[*extra, *(overrides or [])])
+
+
+def _key(data: str, start: str, end: str, cfg, vocab_from: str) -> dict:
+    from gem.config import flatten
+
+    settings = {k: v for k, v in flatten(cfg).items() if k not in ("vocab_from", "workers")}
+    return {"data": tree_digest(data), "window": [start, end], "config": value_digest(settings),
+            "vocab": tree_digest(Path(vocab_from) / "vocab") if vocab_from else ""}
+
+
+def _finished(out: str) -> dict | None:
+    """The manifest of a finished build in the current layout (an older one is rebuilt)."""
+    from gem.features.segments import FORMAT
+
+    path = Path(out) / "manifest.json"
+    if not path.is_file():
+        return None
+    manifest = json.loads(path.read_text())
+    return manifest if manifest.get("format") == FORMAT else None
+
+
+def features_plan(data: str, out: str, start: str, end: str, preset: str, vocab_from: str = "",
+                  overrides: list[str] | None = None) -> list[str]:
+    """Stage the window's inputs and return the shard names to fan out over."""
+    from gem.features.build import prepare_build
+    from gem.features.shards import list_shards
+
+    cfg = _config(preset, vocab_from, overrides)
+    key = _key(data, start, end, cfg, vocab_from)
+    done = Reuse(Path(out) / DONE_RECORD, key)
+    if done.get() and (manifest := _finished(out)):
+        return [shard["name"] for shard in manifest["shards"]]
+    planned = Reuse(Path(out) / PLAN_RECORD, key)
+    if not planned.get():
+        shutil.rmtree(Path(out) / "shards", ignore_errors=True)  # built from other inputs
+    plan = prepare_build(data, out, cfg, window_start=start, window_end=end)
+    names = [k.name for k in list_shards(plan)]
+    planned.put({"shards": names})
+    return names
+
+
+def features_shard(out: str, shard: str) -> dict:
+    """Build one (user bucket, day) shard of a planned window (renamed into place whole,
+    so a shard of the current layout found here is complete and of this plan)."""
+    from gem.features.plan import BuildPlan, ShardKey
+    from gem.features.segments import FORMAT
+    from gem.features.shards import build_shard, read_stats
+
+    if _finished(out):
+        return {"shard": shard, "reused": True}
+    plan = BuildPlan.read(Path(out))
+    if (plan.shards_dir / shard / "stats.json").is_file():
+        stats = read_stats(plan.shards_dir / shard)
+        if stats.get("format") == FORMAT:
+            return stats
+    return build_shard(plan, ShardKey.parse(shard))
+
+
+def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_from: str = "",
+                      overrides: list[str] | None = None) -> FeaturesResult:
+    import mlflow
+
+    from gem.features.build import finalize_build
+    from gem.features.plan import BuildPlan
+
+    record = json.loads((Path(out) / PLAN_RECORD).read_text())
+    done = Reuse(Path(out) / DONE_RECORD, {k: v for k, v in record["key"].items() if k != "code"})
+    if (result := done.get()) and _finished(out):
+        return FeaturesResult(**result)
+    cfg = _config(preset, vocab_from, overrides)
+    plan = BuildPlan.read(Path(out))
+    window = window_tag(plan.window_start, plan.window_end)
+    with tracked(ctx, f"features-{name}", tags={tracking.TAG_DATA_WINDOW: window}):
+        manifest = finalize_build(plan, cfg)
+        mlflow.set_tag(tracking.TAG_DATA_DIGEST, manifest["digest"])
+        mlflow.log_metrics({"features/examples": manifest["counts"]["examples"],
+                            "features/bytes_per_example": manifest["bytes"]["per_example"]})
+    result = FeaturesResult(features=out, examples=manifest["counts"]["examples"], digest=manifest["digest"],
+                            window=window)
+    done.put(result.as_dict())
+    return result
+
+
+@dataclass(kw_only=True)
+class FeastResult(StageResult):
+    repo: str
+    feature_views: list[str]
+
+
+def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext) -> FeastResult:
+    """Export the dataset's attribute and recent-behaviour sources into a copy of the
+    Feast repo, apply it, and materialize the online store up to ``end``."""
+    import mlflow
+
+    from gem.data.contract import parse_utc
+    from gem.features.feast_repo import apply, copy_repo, materialize, resolve_repo
+    from gem.features.feast_sources import export
+
+    with tracked(ctx, "feast", tags={tracking.TAG_FEATURE_VIEWS: "user_attributes,item_attributes,recent_behavior"}):
+        repo = copy_repo(None, Path(repo_dir))
+        export(data, repo)
+        apply(repo, definitions_repo=resolve_repo(None))
+        store = materialize(repo, end=parse_utc(end))
+        views = sorted(v.name for v in store.list_feature_views())
+        mlflow.log_param("feature_views", ",".join(views))
+    return FeastResult(repo=str(repo), feature_views=views)
+
+
+def features_lineage(features: str) -> tuple[str, str]:
+    """(window tag, content digest) of a finished features build."""
+    manifest = json.loads((Path(features) / "manifest.json").read_text())
+    window = manifest.get("window", {})
+    return window_tag(window.get("start"), window.get("end")), manifest.get("digest", "")

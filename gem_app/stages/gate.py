@@ -1,0 +1,115 @@
+"""gate and promote, for the teacher and the students alike: the challenger and the
+champion are scored on the same holdout, the decision (gem_app/promotion.py) is
+recorded with its figures, and only a win moves the champion alias."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gem import registry, tracking
+from gem_app.promotion import GateConfig, GateDecision, apply_decision, decide, decision_from_dict
+from gem_app.stages.context import RunContext, StageResult, tracked, without_nulls
+
+
+def _log_decision(decision: GateDecision) -> None:
+    import mlflow
+
+    mlflow.set_tag("gate/decision", "promote" if decision.promote else "keep champion")
+    mlflow.log_metric("gate/promote", float(decision.promote))
+    for verdict in decision.surfaces:
+        for who, figures in (("challenger", verdict.challenger), ("champion", verdict.champion or {})):
+            mlflow.log_metrics({f"gate/{verdict.surface}/{who}/{k}": float(v) for k, v in figures.items()})
+    mlflow.log_dict(decision.to_dict(), "gate_decision.json")
+
+
+def _teacher_holdout(model_uri: str, eval_features: str) -> dict[str, dict[str, float]]:
+    """Click AUC / NE over all surfaces of a registered teacher on a holdout window."""
+    import mlflow
+
+    from gem.features.loader import FeatureLoader
+    from gem.knowledge.teacher import load_teacher
+    from gem.training.distributed import init_distributed
+    from gem.training.trainer import evaluate
+
+    teacher = load_teacher(model_uri, mlflow.get_tracking_uri())
+    loader = FeatureLoader(eval_features, batch_size=1024, shuffle=False)
+    metrics = evaluate(teacher.model, loader, init_distributed(), teacher.spec).compute()
+    return {"all": {"auc": float(metrics["auc/all/click"]), "ne": float(metrics["ne/all/click"])}}
+
+
+def gate_teacher(version: str, eval_features: str, ctx: RunContext) -> GateDecision:
+    """The new teacher becomes champion only if it beats the champion on the same holdout."""
+    name = registry.TEACHER_MODEL
+    challenger = _teacher_holdout(registry.model_uri(name, version), eval_features)
+    champion = (_teacher_holdout(registry.model_uri(name, alias=registry.CHAMPION), eval_features)
+                if registry.champion_version(name) else None)
+    with tracked(ctx, "gate-teacher"):
+        decision = apply_decision(decide(name, version, challenger, champion, GateConfig(min_auc=0.5)))
+        _log_decision(decision)
+    return decision
+
+
+def champion_teacher() -> dict:
+    """The champion teacher's URI and the features directory whose vocabularies its
+    tables use (continued pretraining must build new windows with the same ids)."""
+    from mlflow import MlflowClient
+
+    mv = MlflowClient().get_model_version_by_alias(registry.TEACHER_MODEL, registry.CHAMPION)
+    return {"uri": registry.model_uri(registry.TEACHER_MODEL, mv.version),
+            "features_dir": mv.tags.get(registry.FEATURES_DIR_TAG, "")}
+
+
+def score_student(model_uri: str, surface: str, eval_features: str, feast_repo: str,
+                  preset: str = "pipeline") -> dict[str, float]:
+    """Click AUC / NE / calibration of a registered student on the surface's holdout."""
+    import mlflow.pytorch
+
+    from gem.data.contract import SURFACES, TASKS
+    from gem_app.stages.distill import distill_config, gate_metrics, student_tables
+    from students.train import evaluate, predict
+
+    cfg = distill_config(preset, surface)
+    _, (holdout, _) = student_tables(cfg, None, eval_features, feast_repo)
+    part = holdout.subset(holdout.surface == SURFACES.index(surface))
+    model = mlflow.pytorch.load_model(model_uri, map_location="cpu")
+    metrics = evaluate(predict(model, part), part, list(SURFACES), list(TASKS))
+    return gate_metrics({k.replace(f"/{surface}/", "/"): v for k, v in metrics.items() if f"/{surface}/" in k})
+
+
+def gate(surface: str, challenger_version: str, eval_features: str, feast_repo: str, ctx: RunContext,
+         cfg: GateConfig | None = None, preset: str = "pipeline") -> dict:
+    """A student challenger and its champion on the same holdout; the decision (not applied)."""
+    ctx.configure()
+    name = registry.student_model(surface)
+    with tracked(ctx, f"gate-{surface}", tags={tracking.TAG_SURFACE: surface}):
+        challenger = score_student(registry.model_uri(name, challenger_version), surface, eval_features,
+                                   feast_repo, preset)
+        champion = None
+        if registry.champion_version(name):
+            champion = score_student(registry.model_uri(name, alias=registry.CHAMPION), surface, eval_features,
+                                     feast_repo, preset)
+        decision = decide(name, challenger_version, {surface: challenger},
+                          {surface: champion} if champion else None, cfg or GateConfig())
+        _log_decision(decision)
+    return without_nulls(decision.to_dict())
+
+
+@dataclass(kw_only=True)
+class PromoteResult(StageResult):
+    model_name: str
+    version: str
+    promoted: bool
+    champion_before: str | None
+    summary: str
+
+
+def promote(decision: dict, ctx: RunContext) -> PromoteResult:
+    """Apply a gate decision: the champion alias moves only if the challenger won; the
+    decision and its figures are recorded either way."""
+    ctx.configure()
+    parsed = decision_from_dict(decision)
+    with tracked(ctx, f"promote-{parsed.model_name}"):
+        apply_decision(parsed)
+        _log_decision(parsed)
+    return PromoteResult(model_name=parsed.model_name, version=parsed.challenger_version, promoted=parsed.promote,
+                         champion_before=parsed.champion_version, summary=parsed.summary())

@@ -1,0 +1,68 @@
+"""summary: per surface, teacher and student AUC/NE on the holdout, the no-teacher
+student, the transfer lift and the promotion outcome; written to the workspace and to
+the pipeline's parent run, which it closes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gem.data.io import write_json_atomic
+from gem_app.stages.context import RunContext, StageResult, finish_pipeline
+
+COLUMNS = ("surface", "teacher AUC", "teacher NE", "student AUC", "student NE", "no-teacher AUC", "lift AUC",
+           "lift NE", "student", "promoted")
+
+
+@dataclass(kw_only=True)
+class SummaryResult(StageResult):
+    markdown: str
+    rows: list[dict] = field(default_factory=list)
+
+
+def _row(teacher: dict, row: dict) -> dict:
+    s, nan = row["surface"], float("nan")
+    return {"surface": s,
+            "teacher_auc": teacher["metrics"].get(f"eval/auc/{s}/click", nan),
+            "teacher_ne": teacher["metrics"].get(f"eval/ne/{s}/click", nan),
+            "student_auc": row["metrics"]["student"]["auc"], "student_ne": row["metrics"]["student"]["ne"],
+            "no_teacher_auc": row["metrics"]["no_teacher"]["auc"], "no_teacher_ne": row["metrics"]["no_teacher"]["ne"],
+            "lift_auc": row["lift"]["auc"], "lift_ne": row["lift"]["ne"],
+            "student": f"{row['model_name']} v{row['version']}", "promoted": bool(row.get("promoted", False))}
+
+
+def _float(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def markdown_table(run_id: str, teacher_uri: str, rows: list[dict]) -> str:
+    lines = [f"# GEM pipeline run {run_id}", "", f"Teacher: {teacher_uri} (holdout, click task)", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        figures = [f"{_float(r[k]):.4f}" for k in ("teacher_auc", "teacher_ne", "student_auc", "student_ne",
+                                                   "no_teacher_auc")]
+        lifts = [f"{_float(r[k]):+.4f}" for k in ("lift_auc", "lift_ne")]
+        lines.append("| " + " | ".join([r["surface"], *figures, *lifts, r["student"],
+                                        "yes" if r["promoted"] else "no"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(teacher: dict, surfaces: list[dict], workspace: str, ctx: RunContext) -> SummaryResult:
+    import mlflow
+
+    rows = [_row(teacher, r) for r in sorted(surfaces, key=lambda r: r["surface"])]
+    markdown = markdown_table(ctx.pipeline_run_id, teacher.get("model_uri", ""), rows)
+    payload = {"pipeline_run_id": ctx.pipeline_run_id, "teacher": teacher, "surfaces": rows}
+    write_json_atomic(payload, Path(workspace) / "summary.json")
+    (Path(workspace) / "summary.md").write_text(markdown)
+    ctx.configure()
+    client = mlflow.MlflowClient()
+    client.log_text(ctx.parent_run_id, markdown, "summary.md")
+    for r in rows:
+        for key in ("student_auc", "student_ne", "lift_auc", "lift_ne", "teacher_auc", "teacher_ne"):
+            client.log_metric(ctx.parent_run_id, f"summary/{r['surface']}/{key}", _float(r[key]))
+    finish_pipeline(ctx, payload)
+    return SummaryResult(markdown=markdown, rows=rows)

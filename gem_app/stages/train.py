@@ -1,0 +1,125 @@
+"""train: pretrain GEM on the teacher window (or continue the champion's weights),
+register it as ``gem_teacher`` with its data lineage, and gate it against the champion.
+
+The launcher runs training in this process, under torchrun here, or as a Kubeflow
+Trainer TrainJob. Killed mid-way and rerun, the stage resumes the same MLflow run from
+the last checkpoint; rerun after it finished with the same inputs, it returns the
+recorded result.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gem import registry, tracking
+from gem_app.stages.context import Reuse, RunContext, StageResult
+from gem_app.stages.features import features_lineage
+
+
+@dataclass(kw_only=True)
+class TrainResult(StageResult):
+    run_id: str
+    model_version: str
+    model_uri: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    steps: int = 0
+    promoted: bool = False
+
+
+def _run_id(out_dir: Path, key: dict, ctx: RunContext, window: str, digest: str, init_from: str) -> str:
+    """The MLflow run of this training (created once per key, resumed after a kill)."""
+    import mlflow
+
+    started = Reuse(out_dir / "train_run.json", key)
+    if record := started.get():
+        return record["run_id"]
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name(ctx.experiment)
+    run_id = client.create_run(experiment.experiment_id, run_name="train", tags={
+        "mlflow.parentRunId": ctx.parent_run_id, tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
+        tracking.TAG_STAGE: "train", tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
+        **({"gem.init_from": init_from} if init_from else {})}).info.run_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started.put({"run_id": run_id})
+    return run_id
+
+
+def _launch(how, features: str, eval_features: str, out: str, preset: str, overrides: list[str], init_from: str,
+            run_id: str) -> tuple[dict[str, float], int]:
+    import mlflow
+
+    from gem.training.config import load_train_config
+    from gem.training.trainer import train as run_training
+    from gem_app.launch import run_torchrun, submit_trainjob, train_args, trainjob_manifest
+
+    if how.kind == "local":
+        cfg, model_cfg = load_train_config(preset, overrides)
+        os.environ["MLFLOW_RUN_ID"] = run_id
+        try:
+            result = run_training(features, out, cfg, model_cfg, eval_features=eval_features or None, resume=True,
+                                  init_from=init_from or None)
+        finally:
+            os.environ.pop("MLFLOW_RUN_ID", None)
+        return {k: float(v) for k, v in result.eval_metrics.items()}, result.steps
+    args = train_args(features, eval_features, out, preset, overrides, init_from)
+    env = {"MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
+    if how.kind == "torchrun":
+        run_torchrun(how.nproc, args, env)
+    else:
+        manifest = trainjob_manifest(f"gem-pretrain-{run_id[:12]}", os.environ.get("GEM_IMAGE", "gem:latest"),
+                                     args, nodes=how.nodes, gpus_per_node=how.gpus, env=env)
+        submit_trainjob(manifest)
+    client = mlflow.MlflowClient()
+    logged = client.get_run(run_id).data.metrics
+    history = client.get_metric_history(run_id, "train/loss")
+    return ({k: float(v) for k, v in logged.items() if k.startswith("eval/")},
+            history[-1].step if history else 0)
+
+
+def _registered_version(name: str, run_id: str):
+    """The version already registered from this run (a rerun after a kill between
+    registration and the completion record must not register it twice)."""
+    from mlflow import MlflowClient
+
+    versions = MlflowClient().search_model_versions(f"name='{name}' and run_id='{run_id}'")
+    return versions[0] if versions else None
+
+
+def train(features: str, eval_features: str, out: str, preset: str, ctx: RunContext,
+          overrides: list[str] | None = None, init_from: str = "", launcher: str = "local") -> TrainResult:
+    """Train GEM on ``features`` (from ``init_from``'s weights when given) and register it."""
+    import mlflow
+
+    from gem.config import flatten
+    from gem.training.config import load_train_config
+    from gem.utils.digest import value_digest
+    from gem_app.launch import Launcher
+    from gem_app.stages.gate import gate_teacher
+
+    out_dir = Path(out)
+    window, digest = features_lineage(features)
+    tracking_uri = ctx.configure()
+    extra = [f"tracking_uri={tracking_uri}", f"experiment={ctx.experiment}", "run_name=train"]
+    all_overrides = [*extra, *(overrides or [])]
+    cfg, model_cfg = load_train_config(preset, all_overrides)
+    settings = {k: v for k, v in {**flatten(cfg), **flatten(model_cfg)}.items() if "tracking" not in k}
+    key = {"features": digest, "eval": features_lineage(eval_features)[1] if eval_features else "",
+           "config": value_digest(settings), "init_from": init_from, "launcher": launcher}
+    reuse = Reuse(out_dir / "train.json", key)
+    if done := reuse.get():
+        return TrainResult(**done)
+    run_id = _run_id(out_dir, key, ctx, window, digest, init_from)
+    metrics, steps = _launch(Launcher.parse(launcher), features, eval_features, out, preset, all_overrides,
+                             init_from, run_id)
+    version = _registered_version(registry.TEACHER_MODEL, run_id) or mlflow.register_model(
+        f"runs:/{run_id}/model", registry.TEACHER_MODEL,
+        tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
+              tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, registry.FEATURES_DIR_TAG: str(Path(features).resolve())})
+    decision = gate_teacher(str(version.version), eval_features, ctx) if eval_features else None
+    result = TrainResult(run_id=run_id, model_version=str(version.version),
+                         model_uri=registry.model_uri(registry.TEACHER_MODEL, version.version),
+                         metrics=metrics, steps=steps, promoted=bool(decision and decision.promote))
+    reuse.put(result.as_dict())
+    return result

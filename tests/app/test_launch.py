@@ -1,0 +1,53 @@
+"""Pretraining launchers: torchrun on this machine for real; the TrainJob manifest's shape."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+
+from gem.config import load_config
+from gem.data.simulate import SimulatorConfig, simulate
+from gem.features.build import build_features
+from gem.features.config import FeaturesConfig
+from gem_app.launch import Launcher, train_args, trainjob_manifest
+from gem.registry import TEACHER_MODEL
+from gem_app.stages.context import RunContext, start_pipeline
+from gem_app.stages.train import train
+
+
+def test_launcher_strings():
+    assert Launcher.parse("local").kind == "local"
+    assert Launcher.parse("torchrun:2").nproc == 2
+    job = Launcher.parse("trainjob:4:8")
+    assert (job.kind, job.nodes, job.gpus) == ("trainjob", 4, 8)
+    with pytest.raises(ValueError, match="must be local, torchrun:N or trainjob:NODES:GPUS_PER_NODE"):
+        Launcher.parse("slurm:3")
+
+
+def test_trainjob_manifest_runs_gem_train_under_the_torch_runtime():
+    args = train_args("/workspace/f", "/workspace/h", "/workspace/t", "base", ["epochs=2"], "models:/gem_teacher/3")
+    job = trainjob_manifest("gem-pretrain-x", "registry/gem:1", args, nodes=2, gpus_per_node=8,
+                            env={"MLFLOW_RUN_ID": "abc"})
+    assert job["kind"] == "TrainJob" and job["spec"]["runtimeRef"]["name"] == "torch-distributed"
+    trainer = job["spec"]["trainer"]
+    assert trainer["command"][:4] == ["python", "-m", "gem", "train"] and "--resume" in trainer["command"]
+    assert trainer["command"][trainer["command"].index("--init-from") + 1] == "models:/gem_teacher/3"
+    assert trainer["numNodes"] == 2 and trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "8"
+    assert {"name": "MLFLOW_RUN_ID", "value": "abc"} in trainer["env"]
+
+
+def test_train_stage_under_torchrun_registers_the_teacher(tmp_path):
+    data = tmp_path / "data"
+    simulate(load_config(SimulatorConfig, section="simulator", preset="tiny", overrides=["days=3"]), data, progress=False)
+    cfg = load_config(FeaturesConfig, section="features", preset="tiny")
+    build_features(data, tmp_path / "train", cfg, window_end="2026-01-03T00:00:00+00:00")
+    cfg_eval = load_config(FeaturesConfig, section="features", preset="tiny", overrides=[f"vocab_from={tmp_path / 'train'}"])
+    build_features(data, tmp_path / "eval", cfg_eval, window_start="2026-01-03T00:00:00+00:00")
+    ctx = start_pipeline(RunContext(pipeline_run_id="launch-test", tracking_root=str(tmp_path)))
+    result = train(str(tmp_path / "train"), str(tmp_path / "eval"), str(tmp_path / "teacher"), "tiny", ctx,
+                            overrides=["batch_size=64", "max_steps=6", "log_model=true"], launcher="torchrun:2").as_dict()
+    assert result["model_version"] == "1" and result["steps"] > 0
+    assert 0.0 <= result["metrics"]["eval/auc/all/click"] <= 1.0
+    run = mlflow.MlflowClient().get_run(result["run_id"])
+    assert run.data.tags["mlflow.parentRunId"] == ctx.parent_run_id
+    assert mlflow.MlflowClient().get_model_version(TEACHER_MODEL, "1").run_id == result["run_id"]

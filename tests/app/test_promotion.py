@@ -1,0 +1,92 @@
+"""Promotion gate against a real MLflow registry (sqlite): a worse challenger is never
+promoted, a better one is, and the decision is recorded either way."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import log_loss, roc_auc_score
+
+from gem import tracking
+from gem.registry import CHAMPION
+from gem_app.promotion import GateConfig, compare, gate_and_promote
+
+SURFACES = ("feed", "video")
+
+
+def _holdout(seed: int):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(4000, 3))
+    y = (rng.random(4000) < 1 / (1 + np.exp(-(2 * x[:, 0] - 1.5)))).astype(int)
+    surface = rng.integers(0, len(SURFACES), 4000)
+    return x, y, surface
+
+
+def _evaluate(model_uri: str, x, y, surface) -> dict[str, dict[str, float]]:
+    """Per-surface AUC and normalized entropy of a registered model on the holdout."""
+    p = np.clip(mlflow.pyfunc.load_model(model_uri).predict(x).astype(float), 1e-6, 1 - 1e-6)
+    out = {}
+    for s, name in enumerate(SURFACES):
+        m = surface == s
+        base = y[m].mean()
+        entropy = -(base * np.log(base) + (1 - base) * np.log(1 - base))
+        out[name] = {"auc": roc_auc_score(y[m], p[m]), "ne": log_loss(y[m], p[m]) / entropy}
+    return out
+
+
+class _Scores(mlflow.pyfunc.PythonModel):
+    def __init__(self, model, flip: bool):
+        self.model, self.flip = model, flip
+
+    def predict(self, context, model_input, params=None):
+        p = self.model.predict_proba(np.asarray(model_input))[:, 1]
+        return 1 - p if self.flip else p
+
+
+def _register(name: str, x, y, *, flip: bool, features: list[int]) -> str:
+    model = LogisticRegression().fit(x * np.isin(np.arange(3), features), y)
+    with mlflow.start_run():
+        info = mlflow.pyfunc.log_model(name="model", python_model=_Scores(model, flip),
+                                       registered_model_name=name, pip_requirements=["scikit-learn"])
+    return str(info.registered_model_version)
+
+
+@pytest.fixture()
+def registry(tmp_path):
+    tracking.configure(tmp_path, experiment="gate-test")
+    yield MlflowClient()
+    mlflow.set_tracking_uri("")  # leave no global state for other tests
+
+
+def test_worse_challenger_is_never_promoted(registry):
+    x, y, _ = _holdout(0)
+    hx, hy, hs = _holdout(1)
+    cfg = GateConfig(min_auc=0.6)
+    name = "student_demo"
+    v1 = _register(name, x, y, flip=False, features=[0])
+    first = gate_and_promote(name, v1, _evaluate(f"models:/{name}/{v1}", hx, hy, hs), None, cfg)
+    assert first.promote and str(registry.get_model_version_by_alias(name, CHAMPION).version) == v1
+
+    worse = _register(name, x, y, flip=True, features=[0])  # deliberately inverted scores
+    champion_metrics = _evaluate(f"models:/{name}@{CHAMPION}", hx, hy, hs)
+    decision = gate_and_promote(name, worse, _evaluate(f"models:/{name}/{worse}", hx, hy, hs), champion_metrics, cfg)
+    assert not decision.promote and not any(v.wins for v in decision.surfaces)
+    assert str(registry.get_model_version_by_alias(name, CHAMPION).version) == v1
+    tags = registry.get_model_version(name, worse).tags
+    assert tags["gate.decision"] == "rejected" and tags["gate.against"] == v1 and "auc" in tags["gate.feed"]
+
+
+def test_equal_or_better_challenger_is_promoted_and_thresholds_apply():
+    better = {"feed": {"auc": 0.75, "ne": 0.90}}
+    champion = {"feed": {"auc": 0.74, "ne": 0.91}}
+    assert compare(better, champion, GateConfig())[0]
+    assert not compare(better, champion, GateConfig(min_auc_gain=0.02))[0]
+    mixed = {"feed": {"auc": 0.75, "ne": 0.90}, "video": {"auc": 0.60, "ne": 1.2}}
+    ref = {"feed": champion["feed"], "video": {"auc": 0.70, "ne": 0.95}}
+    assert not compare(mixed, ref, GateConfig())[0]
+    assert compare(mixed, ref, GateConfig(require_all_surfaces=False))[0]
+    with pytest.raises(ValueError, match="no evaluated surface"):
+        compare({}, None, GateConfig())
