@@ -14,6 +14,25 @@ import pyarrow.parquet as pq
 from gem.data.contract import EVENTS_SCHEMA, day_dir
 
 
+DATASET_KIND = "dataset"
+
+
+def claim_dataset_output(out: str | Path, *, inputs: tuple = ()) -> Path:
+    """Create (or accept) ``out`` as a dataset output folder: new, empty, or a dataset this
+    project wrote (gem.utils.outputs); a foreign non-empty folder or an input is refused."""
+    from gem.utils.outputs import claim_output
+
+    return claim_output(out, DATASET_KIND, inputs=inputs, legacy=_is_dataset)
+
+
+def _is_dataset(folder: Path) -> bool:
+    """A contract dataset written before output markers existed."""
+    try:
+        return "window_start" in json.loads((Path(folder) / "manifest.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def write_parquet_atomic(table: pa.Table, path: Path, compression: str = "snappy") -> None:
     """Write to a hidden temp name, then rename: readers never see a partial file.
     (snappy: about twice as fast to write as zstd, for ~35% more bytes.)"""

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from gem.utils.pool import process_pool
-from gem.data.io import write_parquet_atomic
+from gem.data.io import claim_dataset_output, write_parquet_atomic
 from gem.data.contract import (
     EVENTS_SCHEMA,
     ITEMS_FILE,
@@ -113,7 +113,7 @@ def simulate(cfg: SimulatorConfig, out: str | Path, *, progress: bool = True) ->
     """Write a contract dataset to ``out`` and return its manifest."""
     _check(cfg)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    claim_dataset_output(out)
     root_seq = np.random.SeedSequence(cfg.seed)
     world_seq, users_seq, *chunk_seqs = root_seq.spawn(2 + _num_chunks(cfg))
     world = _make_world(cfg, np.random.default_rng(world_seq))

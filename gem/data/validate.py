@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gem.data.coerce import coerce
-from gem.data.io import write_json_atomic, write_parquet_atomic
+from gem.data.io import claim_dataset_output, write_json_atomic, write_parquet_atomic
 from gem.data.contract import (
     AD_EVENT_TYPE,
     DAY_PARTITION,
@@ -153,6 +153,8 @@ def validate_dataset(path: str | Path, *, report_dir: str | Path | None = None,
     quarantine = _Quarantine(report_dir / "quarantine.parquet")
     reasons: Counter[str] = Counter()
     out_root = Path(out) if out else None
+    if out_root is not None:
+        claim_dataset_output(out_root, inputs=(root,))
 
     users = _validate_entities(root / USERS_FILE, "users", USERS_SCHEMA, report, quarantine, reasons, out_root)
     items = _validate_entities(root / ITEMS_FILE, "items", ITEMS_SCHEMA, report, quarantine, reasons, out_root)

@@ -25,13 +25,14 @@ import shutil
 import time
 from pathlib import Path
 
+from gem.utils.outputs import claim_output, json_format
 from gem.utils.pool import process_pool
 from gem.data.batch import FeatureSpec
 from gem.data.contract import EVENT_TYPES, MANIFEST, SURFACES, Manifest, parse_utc
 from gem.features.config import FeaturesConfig
 from gem.features.feast_repo import apply, copy_repo, resolve_repo
 from gem.features.feast_sources import export
-from gem.features.plan import BuildPlan, dataset_days, day_start_us, to_us, window_days
+from gem.features.plan import PLAN_FILE, WORK_DIR, BuildPlan, dataset_days, day_start_us, to_us, window_days
 from gem.features.report import build_report, log_to_mlflow, read_report
 from gem.features.segments import FORMAT
 from gem.features.shards import DENSE_FEATURES, SPARSE_FEATURES, list_shards, read_stats
@@ -43,6 +44,7 @@ from gem.features.vocab import VOCAB_DIR, VOCAB_NAMES, Vocabularies, build_vocab
 log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.json"
+OUTPUT_KIND = "features"
 # bytes of one materialized sequence element: item int32, event_type/surface/is_ad/action
 # int8, age float32 -- the "plain" layout the shard layout is compared with
 MATERIALIZED_ELEMENT_BYTES = 4 + 1 + 1 + 1 + 1 + 4
@@ -69,6 +71,8 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
     cfg.check()
     data_dir, out_dir = Path(data_dir).resolve(), Path(out_dir).resolve()
     manifest = Manifest.read(data_dir)
+    claim_output(out_dir, OUTPUT_KIND, inputs=[data_dir] + ([cfg.vocab_from] if cfg.vocab_from else []),
+                 legacy=_earlier_build)
     start = parse_utc(window_start) if window_start else manifest.start
     end = parse_utc(window_end) if window_end else manifest.end
     if start >= end:
@@ -100,6 +104,11 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
     log.info("features: staged %d events of %d days into %d buckets", staged, len(plan.history_days),
              plan.num_buckets)
     return plan
+
+
+def _earlier_build(folder: Path) -> bool:
+    """A features folder written before output markers existed."""
+    return json_format(MANIFEST, "gem-features/")(folder) or (folder / WORK_DIR / PLAN_FILE).is_file()
 
 
 def _workers(cfg: FeaturesConfig, jobs: int) -> int:
@@ -150,7 +159,7 @@ def _manifest(plan, cfg, spec, keys, stats, window) -> dict:
     config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("workers", "keep_work", "feast_repo", "vocab_from")}
     return {
         "format": FORMAT,
-        "dataset": {"name": source.name, "source": source.source,
+        "dataset": {"name": source.name, "source": source.source, "surfaces": list(source.surfaces),
                     "manifest_sha256": file_digest(Path(plan.data_dir) / MANIFEST)},
         "window": window,
         "spec": spec.to_dict(),

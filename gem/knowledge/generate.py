@@ -3,7 +3,9 @@
     manifest = generate_knowledge("models:/gem-teacher@prod", "features/", "knowledge/")
 
 Output (written into a hidden temp folder and renamed into place, so a reader sees the
-whole result or none; ``knowledge.json`` is written last):
+whole result or none; ``knowledge.json`` is written last). ``out_dir`` must be new,
+empty or an earlier knowledge output (gem.utils.outputs): a folder of anything else is
+refused, never emptied.
 
     OUT/predictions.parquet     one row per impression: example_id, user_id, item_id (raw
                                 ids), surface, event_timestamp, teacher_logit_{click,conversion}
@@ -37,11 +39,13 @@ from gem.features.storage import atomic_dir, write_json_atomic, write_parquet
 from gem.knowledge.config import KnowledgeConfig
 from gem.knowledge.teacher import Teacher, load_teacher, teacher_outputs
 from gem.knowledge.windows import example_keys, select_shards, window_bounds
+from gem.utils.outputs import check_output, json_format, write_marker
 
 log = logging.getLogger(__name__)
 
 FORMAT = "gem-knowledge/1"
 MANIFEST = "knowledge.json"
+OUTPUT_KIND = "knowledge"
 PREDICTIONS, USER_EMBEDDING, ITEM_EMBEDDING = "predictions.parquet", "user_embedding.parquet", "item_embedding.parquet"
 OWN_COLUMNS = tuple(f"teacher_logit_{t}" for t in TASKS)
 SURFACE_COLUMNS = tuple(f"teacher_logit_{s}_{t}" for s in SURFACES for t in TASKS)
@@ -122,6 +126,8 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
     named ``shards``) and write its knowledge to ``out_dir`` (see module docstring);
     returns the manifest."""
     cfg = (cfg or KnowledgeConfig()).validate()
+    local_model = [] if isinstance(model, Teacher) else [model]
+    check_output(out_dir, OUTPUT_KIND, inputs=[features_dir, *local_model], legacy=json_format(MANIFEST, "gem-knowledge/"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     teacher = model if isinstance(model, Teacher) else load_teacher(model, tracking_uri)
@@ -154,6 +160,7 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
         for name, table in tables.items():
             write_parquet(table, tmp / name)
         write_json_atomic(manifest, tmp / MANIFEST)
+        write_marker(tmp, OUTPUT_KIND)
     log.info("knowledge: %d impressions at %.0f examples/s -> %s", n, manifest["examples_per_s"], out_dir)
     return manifest
 

@@ -34,12 +34,19 @@ from gem.training.efficiency import EfficiencyMeter, cached_peak_flops, measure_
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile
 from gem.training.step import build_dense_optimizer, eval_step, train_step
 from gem.training.tracking import Tracker
+from gem.utils.outputs import claim_output
 
 if TYPE_CHECKING:
     from gem.training.metrics import SurfaceTaskMetrics
 
 log = logging.getLogger(__name__)
 MODEL_DIR = "model"
+OUTPUT_KIND = "train-run"
+
+
+def _earlier_run(folder: Path) -> bool:
+    """A run folder written before output markers existed."""
+    return (folder / "checkpoints" / "latest").is_file() or (folder / MODEL_DIR / "model_config.json").is_file()
 
 
 @dataclass
@@ -201,6 +208,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     if cfg.batch_size % env.world_size:
         raise ValueError(f"batch_size={cfg.batch_size} must be divisible by world_size={env.world_size}")
     seed_everything(cfg.seed)
+    if env.is_main:
+        claim_output(out, OUTPUT_KIND, inputs=[features, eval_features, init_from], legacy=_earlier_run)
     out.mkdir(parents=True, exist_ok=True)
 
     phases: dict[str, float] = {"perf/startup_imports_s": time.time() - launch}

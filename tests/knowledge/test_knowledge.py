@@ -104,10 +104,11 @@ def test_generate_cli_with_local_teacher_replaces_output(world, tmp_path):
     from gem_app.cli import main
 
     out = tmp_path / "k"
-    out.mkdir()
+    args = ["knowledge", "generate", "--model", str(world.teacher_dir), "--data", str(world.features["eval"]),
+            "--out", str(out), "--preset", "tiny"]
+    assert main(args) == 0
     (out / "stale.txt").write_text("from an earlier run")
-    assert main(["knowledge", "generate", "--model", str(world.teacher_dir), "--data", str(world.features["eval"]),
-                 "--out", str(out), "--preset", "tiny"]) == 0
+    assert main(args) == 0  # its own earlier output: replaced (a foreign folder is refused)
     manifest = json.loads((out / MANIFEST).read_text())
     assert manifest["teacher_version"].startswith("local:") and manifest["counts"]["examples"] > 0
     assert not (out / "stale.txt").exists()  # replaced as a whole (atomic rename)

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from gem.data.contract import ITEMS_FILE, USERS_FILE, Manifest
-from gem.data.io import write_events_by_day, write_json_atomic, write_parquet_atomic
+from gem.data.io import claim_dataset_output, write_events_by_day, write_json_atomic, write_parquet_atomic
 
 CONVERSION_DIR = "_conversion"  # underscore: skipped by Parquet dataset readers
 
@@ -81,7 +81,7 @@ def read_delimited(path: Path, sep: str, columns: list[str], *, ints: list[str],
 def finish_dataset(out_dir: Path, manifest: Manifest, events: pa.Table, users: pa.Table, items: pa.Table,
                    report: AdapterReport) -> Manifest:
     """Write the contract dataset plus the adapter's quarantine and report."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    claim_dataset_output(out_dir, inputs=(report.source,))
     write_parquet_atomic(users, out_dir / USERS_FILE)
     write_parquet_atomic(items, out_dir / ITEMS_FILE)
     write_events_by_day(events, out_dir)
