@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 from gem.config import load_config, preset_names
 from gem.data.contract import ContractError
+
+# `data validate` exit codes (also in its --help and docs/data-contract.md)
+EXIT_OK, EXIT_QUARANTINE, EXIT_UNREADABLE, EXIT_EMPTY, EXIT_INTERNAL = 0, 1, 2, 3, 4
+VALIDATE_EPILOG = """exit codes:
+  0  valid: quarantined share within --max-quarantine-fraction
+  1  more rows quarantined than --max-quarantine-fraction allows (see the report)
+  2  usage error, or input that cannot be read under the contract (names file and column)
+  3  empty dataset: no event row, or none left after quarantine
+  4  internal error in the validator (a bug: please report it with the traceback)"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="override any SimulatorConfig field (repeatable)")
     sim.set_defaults(func=_simulate)
 
-    val = data_sub.add_parser("validate", help="check a dataset against the contract, quarantining bad rows")
+    val = data_sub.add_parser("validate", help="check a dataset against the contract, quarantining bad rows",
+                              epilog=VALIDATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     val.add_argument("path", type=Path, help="dataset directory (with manifest.json)")
     val.add_argument("--report-dir", type=Path, help="where quarantine.parquet and the report go "
                                                       "(default PATH/_validation)")
@@ -63,18 +74,29 @@ def _simulate(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from gem.data.validate import validate_dataset
 
+    from gem.utils.outputs import OutputFolderError
+
     try:
         report = validate_dataset(args.path, report_dir=args.report_dir, out=args.out)
-    except ContractError as exc:
+    except (ContractError, OutputFolderError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNREADABLE
+    except Exception:  # noqa: BLE001 - a crash must not read as "quarantine over limit"
+        traceback.print_exc()
+        print(f"error: the validator failed on {args.path} (exit {EXIT_INTERNAL}: a bug, not bad data)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
     print(report.summary())
     print(f"  report: {report.report_path}")
+    if report.empty:
+        print(f"FAILED: {args.path}: empty dataset: {report.input_rows.get('events', 0):,} event rows, none valid "
+              f"(quarantine: {report.quarantine_path})", file=sys.stderr)
+        return EXIT_EMPTY
     if report.quarantined_fraction > args.max_quarantine_fraction:
         print(f"FAILED: {report.quarantined_fraction:.4%} of rows quarantined "
               f"(allowed {args.max_quarantine_fraction:.4%})", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_QUARANTINE
+    return EXIT_OK
 
 
 def _convert(args: argparse.Namespace) -> int:

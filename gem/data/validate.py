@@ -5,12 +5,17 @@ be read under the contract (not Parquet, a missing column, a column whose type c
 never hold the contract type) raises ContractError naming the file and column.
 
 Row reasons (one per row: the first rule it breaks, in this order):
-``wrong_type:<col>``, ``null:<col>``, ``unknown_surface``, ``unknown_event_type``,
+``wrong_type:<col>`` (a value that does not convert: an id beyond int64 too),
+``invalid_utf8:<col>`` (bytes that are not UTF-8 in a string column), ``null:<col>``, ``unknown_surface``, ``unknown_event_type``,
 ``bad_label:<col>``, ``outside_window``, ``wrong_day_partition``,
 ``conversion_without_click``, ``conversion_on_organic``, ``missing_conversion_time``,
 ``conversion_before_event``, ``ad_event_type``, ``unknown_user``, ``unknown_item``,
 ``is_ad_mismatch``, ``duplicate_event_id``; for users/items: ``wrong_type:<col>``,
 ``null:<key>``, ``duplicate_<key>``.
+
+No value stops validation: every bad value is quarantined with its reason. An empty
+dataset (no event rows, or none left after quarantine) is reported as ``empty``;
+``python -m gem data validate`` then exits 3 (its exit codes: see gem/data/cli.py).
 
 Duplicates: the first row with a given event_id in canonical order (day, file name,
 row) is kept; later ones are quarantined, whatever else is wrong with the first.
@@ -31,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gem.data.coerce import coerce
+from gem.data.coerce import coerce, printable_rows
 from gem.data.io import claim_dataset_output, write_json_atomic, write_parquet_atomic
 from gem.data.contract import (
     AD_EVENT_TYPE,
@@ -81,6 +86,11 @@ class ValidationReport:
         )
 
     @property
+    def empty(self) -> bool:
+        """No event survives validation: nothing to train on."""
+        return self.processed_rows.get("events", 0) == 0
+
+    @property
     def quarantined_fraction(self) -> float:
         total = sum(self.input_rows.values())
         return sum(self.quarantined_rows.values()) / total if total else 0.0
@@ -111,7 +121,7 @@ class _Quarantine:
     def add(self, table_name: str, source: str, raw: pa.Table, rows: np.ndarray, reasons: list[str]) -> None:
         if len(rows) == 0:
             return
-        records = raw.take(pa.array(rows)).to_pylist()
+        records = printable_rows(raw.take(pa.array(rows)))
         batch = pa.table(
             {
                 "table": [table_name] * len(rows),
@@ -224,7 +234,7 @@ def _coerced_columns(raw: pa.Table, schema: pa.Schema, name: str) -> tuple[dict[
             continue
         target = pa.int64() if pa.types.is_integer(fld.type) else fld.type
         columns[fld.name], bad = coerce(raw.column(fld.name), target, file=name, column=fld.name)
-        _mark(reason, bad, f"wrong_type:{fld.name}")
+        _mark(reason, bad, f"invalid_utf8:{fld.name}" if pa.types.is_string(fld.type) else f"wrong_type:{fld.name}")
     for fld in schema:
         if not fld.nullable:
             _mark(reason, _null_mask(columns[fld.name]), f"null:{fld.name}")
