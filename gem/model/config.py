@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 ARCHS = ("gem", "dlrm")
 ATTENTION_FORMS = ("softmax", "gdpa")
-ATTENTION_BACKENDS = ("auto", "kernels", "padded", "loop")
+# kernels' backends (gem/model/attention.py); the last three are older names kept working:
+# kernels = auto, loop = pytorch, padded = bucketed.
+ATTENTION_BACKENDS = ("auto", "pytorch", "bucketed", "triton", "kernels", "loop", "padded")
 
 
 @dataclass(kw_only=True)

@@ -60,3 +60,39 @@ def fbgemm_sll_per_head(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_le
         for h in range(q.shape[1])
     ]
     return torch.stack(heads, dim=1) * max_len
+
+
+def padded_dense(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int,
+                 form: str = "softmax", causal: bool = False) -> Tensor:
+    """Pad to max_len with fbgemm's jagged<->dense ops, mask, dense math, take values back.
+
+    What HSTU's PyTorch reference does for its GDPA form (einsum, SiLU, mask), normalized
+    by each sequence's length (our convention) rather than by max_len. Softmax goes through
+    SDPA with a boolean mask. (Formerly the model's `padded` attention backend.)
+    """
+    import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
+
+    num_tokens, heads, head_dim = q.shape
+    batch = offsets.numel() - 1
+    lengths = offsets[1:] - offsets[:-1]
+
+    def pad(x: Tensor) -> Tensor:
+        dense = torch.ops.fbgemm.jagged_to_padded_dense(
+            x.reshape(num_tokens, -1), [offsets], [max_len], 0.0)
+        return dense.view(batch, max_len, heads, -1).transpose(1, 2)
+
+    positions = torch.arange(max_len, device=q.device)
+    # Position 0 stays a valid key so empty sequences don't produce NaN rows (discarded later).
+    key_valid = (positions[None, :] < lengths[:, None]) | (positions[None, :] == 0)
+    mask = key_valid[:, None, None, :]
+    if causal:
+        mask = mask & torch.ones(max_len, max_len, dtype=torch.bool, device=q.device).tril()
+    q_d, k_d, v_d = pad(q), pad(k), pad(v)
+    if form == "softmax":
+        out = F.scaled_dot_product_attention(q_d, k_d, v_d, attn_mask=mask)
+    else:
+        scores = torch.matmul(q_d, k_d.transpose(-1, -2)) / math.sqrt(head_dim)
+        inv_len = 1.0 / lengths.clamp(min=1).view(batch, 1, 1, 1).to(scores.dtype)
+        out = torch.matmul(F.silu(scores) * mask * inv_len, v_d)
+    out = out.transpose(1, 2).reshape(batch, max_len, -1)
+    return torch.ops.fbgemm.dense_to_jagged(out, [offsets])[0].view(num_tokens, heads, -1)

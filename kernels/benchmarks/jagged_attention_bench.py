@@ -1,33 +1,46 @@
-"""CPU benchmark: our jagged attention vs padded SDPA, nested-tensor SDPA and fbgemm.
+"""CPU benchmark: jagged attention (bucketed backend) vs padded SDPA, fbgemm and nested SDPA.
 
-    python -m kernels.benchmarks.jagged_attention_bench            # full run, ~2-3 min
-    python -m kernels.benchmarks.jagged_attention_bench --quick    # smoke run, seconds
+    python -m kernels.benchmarks.jagged_attention_bench                      # ~2 min, 2 cores
+    python -m kernels.benchmarks.jagged_attention_bench --threads 1,2 --batch default,long
+    python -m kernels.benchmarks.jagged_attention_bench --quick              # seconds, no file
 
-Workload: softmax attention, fp32, batch 256, 4 heads x 64, two length distributions:
-"long-tailed" (log-normal, mean ~80, one sequence of 1024, >90% padding against the batch
-max) and "mild" (mean ~80, max 160, ~50% padding). Each method runs forward (no_grad) and
-forward+backward (grads of q, k, v). Speedups are baseline time / our time, from the best
-of several runs (how: measure.py). peak_mem_ratio_vs_padded = our peak RSS growth in
-forward+backward / padded SDPA's. Nested SDPA is timed on 1/8 of the batch and scaled
-(see NESTED_BATCH_DIVISOR). The 1-minute load average before and after each
-distribution is recorded: other processes on the cores inflate every time; *_cpu
-figures (process CPU time of forward+backward) are less sensitive to them.
-Results: benchmarks/results/kernels.json.
+Workload: fp32, 4 heads x 64. Batches (long-tailed log-normal lengths, sigma 1, the first
+sequence at the max so padding is fixed): "default" = 256 sequences, mean ~80, max 1024;
+"long" = 32 sequences, mean ~800, max 4096; "mild" = 256, mean ~80, max 160, sigma 0.35.
+
+Every method is timed the same way: `--warmup` untimed calls, then `--reps` timed calls of
+forward (no_grad) and of forward+backward (grads of q, k, v); best and median are kept.
+Methods: ours (softmax), ours_gdpa_causal (the HSTU form), padded_sdpa (pad to the batch
+max, torch SDPA with a key mask), padded_gdpa_causal (HSTU's PyTorch reference recipe:
+pad, dense matmuls, SiLU, mask; default batch only, it needs ~B*H*max^2*4 bytes per score
+tensor), fbgemm_sll (fbgemm's sll_jagged_flash_attention_basic, looped over heads: on CPU
+that op is fbgemm's Python per-sequence fallback, not a tuned kernel), nested (torch
+nested-tensor SDPA; opt-in with --methods, it takes minutes).
+
+Useful FLOP/s count real work only: forward 4 L^2 D per sequence and head (QK^T and PV;
+causal half of it), backward twice the forward; padding and recomputation are not counted.
+`matmul_peak_gflops` is a 2048^3 fp32 torch.mm timed the same way in the same run, so
+`ours_fraction_of_peak` is comparable across machines. Results: results.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from gem.utils.bench import print_table, write_result
 from kernels import jagged_attention
-from kernels.benchmarks.attention_baselines import fbgemm_sll_per_head, nested_sdpa, padded_sdpa
-from kernels.benchmarks.measure import peak_rss_growth_mb, time_best
+from kernels.benchmarks.attention_baselines import (
+    fbgemm_sll_per_head,
+    nested_sdpa,
+    padded_dense,
+    padded_sdpa,
+)
+from kernels.benchmarks.measure import time_best
+from kernels.benchmarks.results import cpu_description, print_table, write_result
 from kernels.jagged_inputs import (
     long_tailed_lengths,
     offsets_from_lengths,
@@ -39,136 +52,188 @@ Tensor = torch.Tensor
 HEADS, HEAD_DIM = 4, 64
 
 
-def ours(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int) -> Tensor:
-    return jagged_attention(q, k, v, offsets, max_seq_len=max_len)
+@dataclass(frozen=True)
+class BatchShape:
+    batch: int
+    mean: float
+    max_len: int
+    sigma: float
 
 
-def ours_gdpa_causal(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_len: int) -> Tensor:
-    """The HSTU-style form the model uses; no baseline computes it (timing only)."""
-    return jagged_attention(q, k, v, offsets, max_seq_len=max_len, form="gdpa", causal=True)
+BATCHES = {
+    "default": BatchShape(256, 80.0, 1024, 1.0),
+    "long": BatchShape(32, 800.0, 4096, 1.0),
+    "mild": BatchShape(256, 80.0, 160, 0.35),
+}
+QUICK_BATCH = BatchShape(16, 10.0, 64, 1.0)
 
 
 @dataclass(frozen=True)
 class Method:
     name: str
-    fn: Callable[..., Tensor]
-    reps: int
-    warmup: int
-    measure_memory: bool = True
-    batch_divisor: int = 1  # run on the first B / divisor sequences, time scaled back up
+    fn: Callable[[Tensor, Tensor, Tensor, Tensor, int], Tensor]
+    causal: bool = False
+    max_padded_scores: int | None = None  # skip when B * H * max^2 exceeds this
 
 
-# Nested-tensor SDPA takes minutes for the whole long-tailed batch on 2 cores (its CPU
-# path loops over sequences in unfused math). It runs on the first 1/8 of the batch
-# (which includes the longest sequence), and its time is multiplied by 8: an estimate,
-# linear in the number of sequences, marked as such in the results.
-NESTED_BATCH_DIVISOR = 8
+def _ours(q, k, v, offsets, max_len):
+    return jagged_attention(q, k, v, offsets, max_seq_len=max_len, backend="bucketed")
 
 
-def methods(slow_reps: int, smoke: bool = False) -> list[Method]:
-    """The compared methods; smoke=True times each once without warm-up (for tests)."""
-    if smoke:
-        return [Method(m.name, m.fn, 1, 0, m.measure_memory, m.batch_divisor)
-                for m in methods(slow_reps)]
-    return [
-        Method("ours", ours, reps=5, warmup=1),
-        Method("ours_gdpa_causal", ours_gdpa_causal, reps=3, warmup=1, measure_memory=False),
-        Method("fbgemm_sll", fbgemm_sll_per_head, reps=2, warmup=0),
-        Method("padded_sdpa", padded_sdpa, reps=slow_reps, warmup=0),
-        Method("nested", nested_sdpa, reps=1, warmup=0, measure_memory=False,
-               batch_divisor=NESTED_BATCH_DIVISOR),
-    ]
+def _ours_gdpa_causal(q, k, v, offsets, max_len):
+    return jagged_attention(q, k, v, offsets, max_seq_len=max_len, form="gdpa", causal=True,
+                            backend="bucketed")
 
 
-def run_distribution(lengths: Tensor, slow_reps: int, seed: int,
-                     smoke: bool = False) -> dict[str, float]:
-    """Times (ms), peak memory (MiB), speedups and a correctness check for one batch."""
+def _padded_gdpa_causal(q, k, v, offsets, max_len):
+    return padded_dense(q, k, v, offsets, max_len, form="gdpa", causal=True)
+
+
+METHODS = {m.name: m for m in (
+    Method("ours", _ours),
+    Method("ours_gdpa_causal", _ours_gdpa_causal, causal=True),
+    Method("padded_sdpa", padded_sdpa),
+    Method("padded_gdpa_causal", _padded_gdpa_causal, causal=True, max_padded_scores=2**28),
+    Method("fbgemm_sll", fbgemm_sll_per_head),
+    Method("nested", nested_sdpa),
+)}
+DEFAULT_METHODS = ("ours", "ours_gdpa_causal", "padded_sdpa", "padded_gdpa_causal", "fbgemm_sll")
+# (method, baseline computing the same thing) pairs for speedups and the agreement check.
+PAIRS = (("ours", "padded_sdpa"), ("ours", "fbgemm_sll"), ("ours", "nested"),
+         ("ours_gdpa_causal", "padded_gdpa_causal"))
+
+
+def useful_flops(lengths: Tensor, causal: bool) -> float:
+    """Forward+backward FLOPs of real work: 3 x 4 L^2 D per sequence and head."""
+    pairs = lengths.double() * (lengths.double() + 1) / 2 if causal else lengths.double() ** 2
+    return 3 * 4 * float(pairs.sum()) * HEADS * HEAD_DIM
+
+
+def matmul_peak_gflops(reps: int, warmup: int, size: int = 2048) -> float:
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    out = torch.empty(size, size)
+    timing = time_best(lambda: torch.mm(a, b, out=out), reps, warmup)
+    return 2 * size**3 / timing["best_s"] / 1e9
+
+
+def run_batch(lengths: Tensor, methods: list[str], reps: int, warmup: int,
+              seed: int = 1) -> dict[str, float]:
+    """Times (ms, best and median), useful GFLOP/s, speedups and agreement for one batch."""
     generator = torch.Generator().manual_seed(seed)
     offsets = offsets_from_lengths(lengths)
     max_len = int(lengths.max())
     q, k, v = random_qkv(int(offsets[-1]), HEADS, HEAD_DIM, torch.float32, generator)
     grad_out = torch.randn(q.shape, generator=generator)
-    leaves = [x.clone() for x in (q, k, v)]
-    figures: dict[str, float] = {
-        "padding_fraction": padding_fraction(lengths),
-        "mean_length": float(lengths.float().mean()),
-        "max_length": max_len,
-        "tokens": int(offsets[-1]),
-        "load_average_1min_before": os.getloadavg()[0],
-    }
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    figures: dict[str, float] = {"padding_fraction": padding_fraction(lengths),
+                                 "mean_length": float(lengths.float().mean()),
+                                 "max_length": max_len, "tokens": int(offsets[-1])}
     outputs = {}
-    for method in methods(slow_reps, smoke):
-        batch = (offsets.shape[0] - 1) // method.batch_divisor
-        sub_offsets = offsets[:batch + 1]
-        num_tokens = int(sub_offsets[-1])
-        sub_q, sub_k, sub_v = q[:num_tokens], k[:num_tokens], v[:num_tokens]
-        sub_leaves = [leaf[:num_tokens].detach().requires_grad_() for leaf in leaves]
+    for name in methods:
+        method = METHODS[name]
+        padded_scores = lengths.numel() * HEADS * max_len**2
+        if method.max_padded_scores is not None and padded_scores > method.max_padded_scores:
+            print(f"  {name:<20} skipped: {padded_scores:.2e} padded scores per tensor", flush=True)
+            continue
 
         def forward(m=method):
             with torch.no_grad():
-                outputs[m.name] = m.fn(sub_q, sub_k, sub_v, sub_offsets, max_len)
+                outputs[m.name] = m.fn(q, k, v, offsets, max_len)
 
         def forward_backward(m=method):
-            for leaf in sub_leaves:
+            for leaf in leaves:
                 leaf.grad = None
-            m.fn(*sub_leaves, sub_offsets, max_len).backward(grad_out[:num_tokens])
+            m.fn(*leaves, offsets, max_len).backward(grad_out)
 
-        fwd = time_best(forward, method.reps, method.warmup)
-        fwd_bwd = time_best(forward_backward, method.reps, method.warmup, method.measure_memory)
-        scale = 1e3 * method.batch_divisor
-        figures[f"{method.name}_fwd_ms"] = scale * fwd["best_s"]
-        figures[f"{method.name}_fwd_bwd_ms"] = scale * fwd_bwd["best_s"]
-        figures[f"{method.name}_fwd_bwd_median_ms"] = scale * fwd_bwd["median_s"]
-        figures[f"{method.name}_fwd_bwd_cpu_ms"] = scale * fwd_bwd["best_cpu_s"]
-        if method.measure_memory:
-            figures[f"{method.name}_peak_mem_mb"] = fwd_bwd["peak_mb"]
-        if method.batch_divisor > 1:
-            figures[f"{method.name}_timed_on_sequences"] = batch
-        print(f"  {method.name:<12} fwd {figures[f'{method.name}_fwd_ms']:9.1f} ms   "
-              f"fwd+bwd {figures[f'{method.name}_fwd_bwd_ms']:9.1f} ms", flush=True)
-    for base in ("padded_sdpa", "fbgemm_sll", "nested"):
-        for phase in ("fwd", "fwd_bwd", "fwd_bwd_cpu"):
-            figures[f"speedup_vs_{base}_{phase}"] = figures[f"{base}_{phase}_ms"] / figures[f"ours_{phase}_ms"]
-    figures["load_average_1min_after"] = os.getloadavg()[0]
-    ours_mem, padded_mem = figures.get("ours_peak_mem_mb"), figures.get("padded_sdpa_peak_mem_mb")
-    if ours_mem is not None and padded_mem:
-        figures["peak_mem_ratio_vs_padded"] = ours_mem / padded_mem
-    ours_out = outputs["ours"]
-    figures["max_rel_err_vs_baselines"] = max(
-        float((ours_out[:len(outputs[name])] - outputs[name]).norm() / outputs[name].norm())
-        for name in ("padded_sdpa", "fbgemm_sll", "nested"))
+        fwd = time_best(forward, reps, warmup)
+        fwd_bwd = time_best(forward_backward, reps, warmup)
+        figures[f"{name}_fwd_ms"] = 1e3 * fwd["best_s"]
+        figures[f"{name}_fwd_median_ms"] = 1e3 * fwd["median_s"]
+        figures[f"{name}_fwd_bwd_ms"] = 1e3 * fwd_bwd["best_s"]
+        figures[f"{name}_fwd_bwd_median_ms"] = 1e3 * fwd_bwd["median_s"]
+        figures[f"{name}_useful_gflops"] = (
+            useful_flops(lengths, method.causal) / fwd_bwd["best_s"] / 1e9)
+        print(f"  {name:<20} fwd {figures[f'{name}_fwd_ms']:9.1f} ms   fwd+bwd "
+              f"{figures[f'{name}_fwd_bwd_ms']:9.1f} ms (median "
+              f"{figures[f'{name}_fwd_bwd_median_ms']:.1f})", flush=True)
+    for ours, base in PAIRS:
+        if ours in outputs and base in outputs:
+            for phase in ("fwd", "fwd_bwd"):
+                figures[f"speedup_{ours}_vs_{base}_{phase}"] = (
+                    figures[f"{base}_{phase}_ms"] / figures[f"{ours}_{phase}_ms"])
+            ref = outputs[base]
+            figures[f"rel_err_{ours}_vs_{base}"] = float(
+                (outputs[ours] - ref).norm() / ref.norm())
     return figures
 
 
-def main() -> None:
+def _list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes; does not write results")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    batch, long_max, mild_max, slow_reps = (16, 128, 64, 1) if args.quick else (256, 1024, 160, 1)
-    generator = torch.Generator().manual_seed(0)
-    distributions = {
-        "long_tailed": long_tailed_lengths(batch, 80.0, long_max, 1.0, generator),
-        "mild": long_tailed_lengths(batch, 80.0, mild_max, 0.35, generator),
-    }
-    results = {}
-    for name, lengths in distributions.items():
-        print(f"\n{name}: batch {batch}, mean {float(lengths.float().mean()):.1f}, "
-              f"max {int(lengths.max())}, padding {padding_fraction(lengths):.1%}", flush=True)
-        results[name] = run_distribution(lengths, slow_reps, seed=1)
-        print_table(f"jagged attention, {name}", sorted(results[name].items()))
-    figures = dict(results["long_tailed"])
-    figures["mild"] = results["mild"]
-    sizes = {"batch": batch, "heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32",
-             "form": "softmax", "long_tailed": {"mean": 80, "max": long_max, "sigma": 1.0},
-             "mild": {"mean": 80, "max": mild_max, "sigma": 0.35},
-             "timing": "best of N runs (ours 5, fbgemm 2, padded 1, nested 1 on 1/8 of the "
-                       "batch, scaled x8)",
-             "memory": "peak RSS growth during one fwd+bwd (VmHWM reset), MiB"}
+    parser.add_argument("--threads", default=str(torch.get_num_threads()),
+                        help="comma-separated torch thread counts (default: torch's, %(default)s)")
+    parser.add_argument("--batch", default="default",
+                        help=f"comma-separated batches among {sorted(BATCHES)}")
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                        help=f"comma-separated, among {sorted(METHODS)}")
+    parser.add_argument("--reps", type=int, default=3, help="timed calls per method and phase")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed calls before timing")
+    parser.add_argument("--quick", action="store_true",
+                        help="a 16-sequence batch, 1 rep; writes no file")
+    parser.add_argument("--name", default="kernels", help="result file name (no .json)")
+    args = parser.parse_args(argv)
+    threads = [int(t) for t in _list(args.threads)]
+    methods = _list(args.methods)
+    unknown = [m for m in methods if m not in METHODS] + [
+        b for b in _list(args.batch) if b not in BATCHES]
+    if unknown:
+        parser.error(f"unknown methods or batches {unknown}")
+    reps, warmup = (1, 0) if args.quick else (args.reps, args.warmup)
+    batches = {"quick": QUICK_BATCH} if args.quick else {b: BATCHES[b] for b in _list(args.batch)}
+    results: dict = {}
+    rows = []
+    for batch_name, shape in batches.items():
+        lengths = long_tailed_lengths(shape.batch, shape.mean, shape.max_len, shape.sigma,
+                                      torch.Generator().manual_seed(0))
+        for num_threads in threads:
+            torch.set_num_threads(num_threads)
+            key = f"{batch_name}_threads_{num_threads}"
+            print(f"\n{key}: batch {shape.batch}, mean {float(lengths.float().mean()):.1f}, "
+                  f"max {int(lengths.max())}, padding {padding_fraction(lengths):.1%}", flush=True)
+            start = time.perf_counter()
+            figures = run_batch(lengths, methods, reps, warmup)
+            figures["matmul_peak_gflops"] = matmul_peak_gflops(max(reps, 3), 1)
+            if "ours_useful_gflops" in figures:
+                figures["ours_fraction_of_peak"] = (
+                    figures["ours_useful_gflops"] / figures["matmul_peak_gflops"])
+            figures["seconds"] = time.perf_counter() - start
+            results[key] = figures
+            for name in methods:
+                if f"{name}_fwd_bwd_ms" in figures:
+                    rows.append([key, name, figures[f"{name}_fwd_ms"],
+                                 figures[f"{name}_fwd_bwd_ms"],
+                                 figures[f"{name}_fwd_bwd_median_ms"],
+                                 figures[f"{name}_useful_gflops"]])
+    print_table("jagged attention, fp32, 4 heads x 64 (ms: best of reps)",
+                ["batch_threads", "method", "fwd_ms", "fwd_bwd_ms", "median", "useful_GFLOP/s"],
+                rows)
+    for key, figures in results.items():
+        print(f"{key}: matmul peak {figures['matmul_peak_gflops']:.1f} GFLOP/s, ours "
+              f"{figures.get('ours_fraction_of_peak', float('nan')):.1%} of it; speedups "
+              + ", ".join(f"{k[8:]} {v:.2f}x" for k, v in figures.items()
+                          if k.startswith("speedup_") and k.endswith("fwd_bwd")))
+    sizes = {"heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32", "reps": reps,
+             "warmup": warmup, "threads": threads, "methods": methods,
+             "batches": {name: vars(shape) for name, shape in batches.items()},
+             "isa": cpu_description()["isa"],
+             "flops": "useful: fwd 4 L^2 D per sequence and head (causal: L(L+1)/2 pairs), "
+                      "bwd 2x fwd"}
     if not args.quick:
-        print("wrote", write_result("kernels", figures, sizes=sizes))
+        print("wrote", write_result(args.name, results, sizes))
+    return results
 
 
 if __name__ == "__main__":

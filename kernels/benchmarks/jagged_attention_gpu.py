@@ -20,7 +20,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from gem.utils.bench import print_table, write_result
+from kernels.benchmarks.results import print_table, write_result
 from kernels import jagged_attention
 from kernels.jagged_inputs import long_tailed_lengths, offsets_from_lengths, padding_fraction
 
@@ -96,7 +96,8 @@ def main() -> int:
                      "max_rel_err_triton_vs_bucketed": check_against_bucketed(generator)}
     for max_len in args.max_lengths:
         figures[f"max_len_{max_len}"] = run_length(max_len, generator, peak)
-        print_table(f"max length {max_len}", sorted(figures[f"max_len_{max_len}"].items()))
+        print_table(f"max length {max_len}", ["figure", "value"],
+                    [list(kv) for kv in sorted(figures[f"max_len_{max_len}"].items())])
     sizes = {"batch": BATCH, "heads": HEADS, "head_dim": HEAD_DIM, "dtype": "bfloat16",
              "lengths": "log-normal, mean ~10% of max (sigma 1), one sequence at max"}
     print("wrote", write_result("kernels_gpu", figures, sizes=sizes))

@@ -4,24 +4,26 @@ Per chunk of similar-length sequences (planning.py): gather q, k, v to (H, n, Lp
 then per head group S = Q K^T / sqrt(D) (+ bias), mask, softmax or act(S)/L, O = P V,
 and scatter O back to its tokens. The backward recomputes S chunk by chunk instead of
 saving the weights, so peak extra memory is one chunk's score buffers whatever the batch.
-Softmax without bias (float32) instead runs torch's fused CPU flash-attention kernels
-per chunk, forward and backward (measured ~25% faster forward, ~30% faster backward
-than bmm + softmax + bmm on 2 Zen 4 cores); the forward then returns the per-token
-log-sum-exp that the fused backward needs.
+Softmax without bias, without dropout and with Dv == D (float32 and half types, on CPU)
+instead runs torch's fused CPU flash-attention kernels per chunk, forward and backward;
+the forward then returns the per-token log-sum-exp that the fused backward needs.
+Padding positions read zeros (never another token), so a non-finite value stays in its
+own sequence.
 Shape legend: kernels/attention_spec.py (n sequences in a chunk, Lp its padded size).
 Half types compute in float32.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from kernels.attention_spec import (
     ACTIVATIONS,
+    Spec,
     allowed_mask,
+    dropout_keep,
     bias_radius,
     history_lengths,
     kept_spans,
@@ -33,9 +35,14 @@ Tensor = torch.Tensor
 FUSED_SOFTMAX = True  # False forces the bmm path everywhere (for comparisons)
 
 
-def uses_fused_softmax(form: str, attn_bias: Tensor | None, q: Tensor) -> bool:
-    """Whether softmax runs through torch's fused CPU kernels (and returns a log-sum-exp)."""
-    return (FUSED_SOFTMAX and form == "softmax" and attn_bias is None
+def uses_fused_softmax(spec: Spec, attn_bias: Tensor | None, q: Tensor, v: Tensor) -> bool:
+    """Whether softmax runs through torch's fused CPU kernels (and returns a log-sum-exp).
+
+    Those kernels need Dv == D ("Q/K/V should have the same head size") and have no
+    dropout that matches ours; float64 has no fused kernel.
+    """
+    return (FUSED_SOFTMAX and spec.form == "softmax" and attn_bias is None
+            and spec.dropout_p == 0.0 and v.shape[2] == q.shape[2]
             and q.dtype != torch.float64 and q.device.type == "cpu")
 
 
@@ -56,15 +63,16 @@ class _ChunkMasks:
 class _Problem:
     """Everything the forward and the backward share for one call."""
 
-    def __init__(self, q: Tensor, offsets: Tensor, max_seq_len: int, form: str, causal: bool,
-                 attn_bias: Tensor | None, num_targets: Tensor | None, activation: str):
+    def __init__(self, q: Tensor, offsets: Tensor, attn_bias: Tensor | None,
+                 num_targets: Tensor | None, spec: Spec):
         self.num_tokens, self.num_heads, dim = q.shape
-        self.scale = 1.0 / math.sqrt(dim)
+        self.spec = spec
+        self.scale = spec.score_scale(dim)
         self.dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-        self.form, self.causal, self.activation = form, causal, ACTIVATIONS[activation]
+        self.form, self.causal, self.activation = spec.form, spec.causal, ACTIVATIONS[spec.activation]
         self.bias = None if attn_bias is None else attn_bias.to(self.dtype)
         self.with_targets = num_targets is not None
-        starts, lengths = kept_spans(offsets, max_seq_len)
+        starts, lengths = kept_spans(offsets, spec.max_seq_len)
         history = history_lengths(lengths, num_targets)
         self.chunks = plan_chunks(starts, lengths, history, self.num_tokens, self.num_heads)
         self.uncovered = None  # rows no chunk writes (truncated tokens), which must be 0
@@ -81,6 +89,8 @@ class _Problem:
         chunk: index_select on a transposed view would copy the whole tensor every call.
         """
         rows = x.index_select(0, chunk.gather)  # (n*Lp, H, D)
+        if chunk.padding.numel():
+            rows.index_fill_(0, chunk.padding, 0)  # padding reads zeros, not token 0
         out = torch.empty(self.num_heads, rows.shape[0], x.shape[2], dtype=self.dtype,
                           device=x.device)
         if scale is None:
@@ -99,7 +109,8 @@ class _Problem:
 
     def masks(self, chunk: Chunk) -> _ChunkMasks:
         size = chunk.size
-        allowed = allowed_mask(chunk.lengths, chunk.history, size, self.causal)
+        allowed = allowed_mask(chunk.lengths, chunk.history, size, self.causal,
+                               self.spec.max_attn_len, self.spec.contextual_len)
         fill = norm = index = None
         if self.form == "softmax":
             # Padding queries keep their diagonal, so no row is all -inf.
@@ -123,6 +134,16 @@ class _Problem:
         if masks.softmax_fill is not None:
             s.masked_fill_(masks.softmax_fill, float("-inf"))
         return s
+
+    def dropout_scale(self, chunk: Chunk, heads: slice) -> Tensor | None:
+        """(h, n, Lp, Lp) keep / (1 - p) for the head group, or None without dropout."""
+        p = self.spec.dropout_p
+        if p == 0.0:
+            return None
+        tokens = chunk.gather.view(-1, chunk.size)
+        head_ids = torch.arange(heads.start, heads.stop, device=tokens.device)
+        keep = dropout_keep(self.spec.dropout_seed, p, head_ids, tokens, tokens)
+        return keep.to(self.dtype).mul_(1.0 / (1.0 - p))
 
 
 def _scatter(dest: Tensor, chunk: Chunk, values: Tensor) -> None:
@@ -151,7 +172,10 @@ def _fused_backward(pb: "_Problem", chunk: Chunk, q_c: Tensor, k_c: Tensor, v_c:
                     do_c: Tensor, out: Tensor, lse: Tensor, mask: Tensor) -> tuple[Tensor, ...]:
     """(dq, dk, dv), each (H, n, Lp, D), from torch's fused CPU backward kernel."""
     o_c = pb.gather(out, chunk)
-    lse_c = lse.index_select(0, chunk.gather).view(-1, chunk.size, pb.num_heads).transpose(1, 2)
+    lse_rows = lse.index_select(0, chunk.gather)
+    if chunk.padding.numel():
+        lse_rows.index_fill_(0, chunk.padding, 0)
+    lse_c = lse_rows.view(-1, chunk.size, pb.num_heads).transpose(1, 2)
     dq_c, dk_c, dv_c = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
         do_c.transpose(0, 1), q_c.transpose(0, 1), k_c.transpose(0, 1), v_c.transpose(0, 1),
         o_c.transpose(0, 1), lse_c, 0.0, False, attn_mask=mask, scale=1.0)
@@ -168,13 +192,14 @@ def _head_groups(num_heads: int, chunk: Chunk) -> list[slice]:
     return [slice(h, min(h + step, num_heads)) for h in range(0, num_heads, step)]
 
 
-def bucketed_forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_seq_len: int,
-                     form: str, causal: bool, attn_bias: Tensor | None,
-                     num_targets: Tensor | None, activation: str) -> tuple[Tensor, Tensor]:
+def bucketed_forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
+                     attn_bias: Tensor | None, num_targets: Tensor | None,
+                     spec: Spec) -> tuple[Tensor, Tensor]:
     """q, k: (T, H, D), v: (T, H, Dv) -> (out (T, H, Dv), lse): lse is the (T, H) float32
     log-sum-exp when uses_fused_softmax(...), else empty. No autograd; see bucketed_backward."""
-    pb = _Problem(q, offsets, max_seq_len, form, causal, attn_bias, num_targets, activation)
-    fused = uses_fused_softmax(form, attn_bias, q)
+    pb = _Problem(q, offsets, attn_bias, num_targets, spec)
+    form = spec.form
+    fused = uses_fused_softmax(spec, attn_bias, q, v)
     out = pb.new_output(v)
     lse = q.new_zeros((pb.num_tokens + 1, pb.num_heads) if fused else (0,), dtype=torch.float32)
     for chunk in pb.chunks:
@@ -193,6 +218,9 @@ def bucketed_forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_seq_l
                 weights = torch.softmax(s, dim=-1)
             else:
                 weights = pb.activation.fn(s).mul_(masks.gdpa_norm)
+            drop = pb.dropout_scale(chunk, heads)
+            if drop is not None:
+                weights = weights * drop
             torch.bmm(weights.view(-1, size, size), v_c[heads].view(-1, size, v.shape[2]),
                       out=o_c[heads].view(-1, size, v.shape[2]))
         _scatter(out, chunk, o_c)
@@ -200,12 +228,13 @@ def bucketed_forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, max_seq_l
 
 
 def bucketed_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
-                      out: Tensor, lse: Tensor, max_seq_len: int, form: str, causal: bool,
-                      attn_bias: Tensor | None, num_targets: Tensor | None, activation: str
+                      out: Tensor, lse: Tensor, attn_bias: Tensor | None,
+                      num_targets: Tensor | None, spec: Spec
                       ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """Gradients (dq, dk, dv, d attn_bias or None) for grad_out (T, H, Dv); out and lse
     are the forward's results (used by the fused softmax path only)."""
-    pb = _Problem(q, offsets, max_seq_len, form, causal, attn_bias, num_targets, activation)
+    pb = _Problem(q, offsets, attn_bias, num_targets, spec)
+    form = spec.form
     dq, dk, dv = pb.new_output(q), pb.new_output(k), pb.new_output(v)
     dbias = None if pb.bias is None else torch.zeros_like(pb.bias)
     for chunk in pb.chunks:
@@ -223,6 +252,9 @@ def bucketed_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets
             bmm_shape = lambda x: x[heads].view(-1, size, x.shape[-1])  # noqa: E731
             s = pb.scores(q_c[heads], k_c[heads], masks, heads)
             d_weights = torch.bmm(bmm_shape(do_c), bmm_shape(v_c).transpose(1, 2))
+            drop = pb.dropout_scale(chunk, heads)
+            if drop is not None:
+                d_weights.mul_(drop.view_as(d_weights))
             if form == "softmax":
                 weights = torch.softmax(s, dim=-1).view(-1, size, size)
                 ds = torch._softmax_backward_data(d_weights, weights, -1, weights.dtype)
@@ -230,6 +262,8 @@ def bucketed_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets
                 weights = pb.activation.fn(s).mul_(masks.gdpa_norm).view(-1, size, size)
                 d_weights = d_weights.view_as(s).mul_(masks.gdpa_norm)
                 ds = pb.activation.grad(d_weights, s).view(-1, size, size)
+            if drop is not None:
+                weights = weights * drop.view_as(weights)
             torch.bmm(weights.transpose(1, 2), bmm_shape(do_c), out=bmm_shape(dv_c))
             torch.bmm(ds, bmm_shape(k_c), out=bmm_shape(dq_c))
             torch.bmm(ds.transpose(1, 2), bmm_shape(q_c), out=bmm_shape(dk_c))

@@ -25,8 +25,10 @@ MAX_CHUNK_SCORES = 1 << 22  # 4M score elements = 16 MiB in float32 per score bu
 class Chunk:
     """n sequences padded to `size` positions.
 
-    gather: (n * size,) int64 token index per padded position to read from; padding reads
-        token 0 (it is masked out, and never written back).
+    gather: (n * size,) int64 token index per padded position to read from; padding
+        positions hold 0 and are zero-filled after the gather (`padding`), so no token's
+        values (a NaN, say) reach another sequence through padding.
+    padding: (P,) int64 padding positions in 0 .. n * size - 1.
     scatter: like gather, but padding points at `trash_index` (a spare row after the T
         real tokens in output buffers).
     lengths, history: (n,) int64 kept length and history length of each sequence.
@@ -36,6 +38,7 @@ class Chunk:
 
     size: int
     gather: torch.Tensor
+    padding: torch.Tensor
     scatter: torch.Tensor
     lengths: torch.Tensor
     history: torch.Tensor
@@ -104,5 +107,6 @@ def _make_chunk(size: int, starts: torch.Tensor, lengths: torch.Tensor, history:
     inside = pos < lengths.view(-1, 1)
     tokens = starts.view(-1, 1) + pos
     return Chunk(size=size, gather=torch.where(inside, tokens, 0).reshape(-1),
+                 padding=torch.nonzero(~inside.reshape(-1)).flatten(),
                  scatter=torch.where(inside, tokens, trash_index).reshape(-1),
                  lengths=lengths, history=history, heads_per_group=heads_per_group)

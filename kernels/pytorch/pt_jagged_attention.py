@@ -6,14 +6,14 @@ inputs' dtype (use float64 for ground truth). Conventions: kernels/attention_spe
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from kernels.attention_spec import (
     ACTIVATIONS,
+    Spec,
     allowed_mask,
     bias_radius,
+    dropout_keep,
     history_lengths,
     kept_spans,
     relative_position_index,
@@ -32,13 +32,30 @@ def pytorch_jagged_attention(
     attn_bias: torch.Tensor | None = None,
     num_targets: torch.Tensor | None = None,
     activation: str = "silu",
+    scale: float | None = None,
+    max_attn_len: int = 0,
+    contextual_len: int = 0,
+    dropout_p: float = 0.0,
+    dropout_seed: int = 0,
 ) -> torch.Tensor:
     """q, k: (T, H, D); v: (T, H, Dv); offsets: (B+1,) int64 -> (T, H, Dv).
 
     attn_bias: (H, 2R+1) relative position table or None; num_targets: (B,) or None.
+    The other options are Spec's (kernels/attention_spec.py).
     """
+    spec = Spec(max_seq_len, form, causal, activation, scale, max_attn_len, contextual_len,
+                dropout_p, dropout_seed)
+    return reference_attention(q, k, v, offsets, attn_bias, num_targets, spec)
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: torch.Tensor,
+                        attn_bias: torch.Tensor | None, num_targets: torch.Tensor | None,
+                        spec: Spec) -> torch.Tensor:
+    """pytorch_jagged_attention with its options as a Spec."""
+    max_seq_len, form, causal, activation = spec.max_seq_len, spec.form, spec.causal, spec.activation
     num_tokens, num_heads, dim = q.shape
-    scale = 1.0 / math.sqrt(dim)
+    scale = spec.score_scale(dim)
+    heads = torch.arange(num_heads, device=q.device)
     starts, lengths = kept_spans(offsets, max_seq_len)
     history = history_lengths(lengths, num_targets)
     pieces = []
@@ -54,7 +71,8 @@ def pytorch_jagged_attention(
         v_hld = v[start:cursor].transpose(0, 1)
         scores = q_hld @ k_hld.transpose(1, 2) * scale  # (H, L, L)
         hist_t = torch.tensor([hist], device=q.device)
-        allowed = allowed_mask(torch.tensor([length], device=q.device), hist_t, length, causal)[0]
+        allowed = allowed_mask(torch.tensor([length], device=q.device), hist_t, length, causal,
+                               spec.max_attn_len, spec.contextual_len)[0]
         if attn_bias is not None:
             index = relative_position_index(hist_t, length, bias_radius(attn_bias))[0]
             scores = scores + attn_bias[:, index].to(scores.dtype)
@@ -63,6 +81,10 @@ def pytorch_jagged_attention(
         else:
             act = ACTIVATIONS[activation].fn(scores)
             weights = torch.where(allowed, act, torch.zeros_like(act)) / length
+        if spec.dropout_p > 0:
+            tokens = torch.arange(start, cursor, device=q.device).view(1, -1)
+            keep = dropout_keep(spec.dropout_seed, spec.dropout_p, heads, tokens, tokens)[:, 0]
+            weights = torch.where(keep, weights / (1.0 - spec.dropout_p), torch.zeros_like(weights))
         pieces.append((weights @ v_hld).transpose(0, 1))
     if num_tokens > cursor:
         pieces.append(v.new_zeros(num_tokens - cursor, num_heads, v.shape[2]))

@@ -65,9 +65,9 @@ def jagged_attention_dkdv_kernel(
     HAS_TARGETS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DOT_UPCAST: tl.constexpr, STATIC_LOOPS: tl.constexpr, STATIC_LEN: tl.constexpr,
 ):
-    block_n = tl.program_id(0)
-    seq = tl.program_id(1) // num_heads
-    head = tl.program_id(1) % num_heads
+    block_n = tl.program_id(1)
+    seq = tl.program_id(0) // num_heads  # B * H on axis 0: CUDA caps axis 1 at 65,535
+    head = tl.program_id(0) % num_heads
     start, length, history = sequence_bounds(Offsets, NumTargets, seq, max_seq_len, HAS_TARGETS)
     if block_n * BLOCK_N < length:
         offs_n = block_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -118,9 +118,9 @@ def jagged_attention_dq_kernel(
     HAS_TARGETS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DOT_UPCAST: tl.constexpr, STATIC_LOOPS: tl.constexpr, STATIC_LEN: tl.constexpr,
 ):
-    block_m = tl.program_id(0)
-    seq = tl.program_id(1) // num_heads
-    head = tl.program_id(1) % num_heads
+    block_m = tl.program_id(1)
+    seq = tl.program_id(0) // num_heads  # B * H on axis 0: CUDA caps axis 1 at 65,535
+    head = tl.program_id(0) % num_heads
     start, length, history = sequence_bounds(Offsets, NumTargets, seq, max_seq_len, HAS_TARGETS)
     if block_m * BLOCK_M < length:
         offs_m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -152,11 +152,42 @@ def test_bucketed_softmax_without_fused_kernels(generator, monkeypatch, dtype, t
     assert_close_to_reference(case, "bucketed", tolerance, generator)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_tokens_before_the_first_offset_are_left_at_zero(generator, backend):
+@pytest.mark.parametrize("backend", ["pytorch"] + BACKENDS)
+def test_tokens_before_the_first_offset_are_refused(generator, backend):
+    """offsets[0] > 0 left tokens in no sequence; it was accepted silently (issue 17)."""
     _skip_without_triton(backend)
     case = make_case(generator, [2, 5, 4], heads=2, dim=16, causal=True)
-    case.offsets = torch.tensor([2, 7, 11])  # the first 2 tokens belong to no sequence
-    assert_close_to_reference(case, backend, FP32_TOLERANCE, generator)
-    out, _ = run_backend(case, backend)
-    assert out[:2].abs().max() == 0
+    case.offsets = torch.tensor([2, 7, 11])
+    with pytest.raises(ValueError, match="offsets\\[0\\] \\(2\\) must be 0"):
+        run_backend(case, backend)
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, FP32_TOLERANCE), (torch.bfloat16, BF16_TOLERANCE)])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_softmax_without_bias_and_value_dim_differs(generator, backend, dtype, tolerance):
+    """The default CPU path (softmax, no bias) with Dv != D (issue 17, defect 1)."""
+    _skip_without_triton(backend)
+    for value_dim in (32, 8):
+        case = make_case(generator, [9, 3, 14, 0], heads=2, dim=16, value_dim=value_dim,
+                         dtype=dtype)
+        assert_close_to_reference(case, backend, tolerance, generator)
+
+
+@pytest.mark.parametrize("backend", ["pytorch"] + BACKENDS)
+@pytest.mark.parametrize("form", ["softmax", "gdpa"])
+@pytest.mark.parametrize("poisoned", ["q", "k", "v", "grad"])
+def test_non_finite_token_stays_in_its_sequence(generator, backend, form, poisoned):
+    """A NaN in token 0 (of q, k, v or the output gradient) must not reach any other
+    sequence's output or gradients (issue 17, defect 2: bucket padding read token 0)."""
+    _skip_without_triton(backend)
+    case = make_case(generator, [3, 5, 1, 7, 2], heads=2, dim=16, form=form, causal=True)
+    if poisoned != "grad":
+        getattr(case, poisoned)[0] = float("nan")
+    grad_out = torch.randn(case.q.shape[0], 2, 16, generator=generator)
+    if poisoned == "grad":
+        grad_out[0] = float("nan")
+    out, grads = run_backend(case, backend, grad_out)
+    others = slice(3, None)  # every token of sequences 1..4
+    assert torch.isfinite(out[others]).all(), f"{backend}: output of other sequences"
+    for name, grad in zip("qkv", grads):
+        assert torch.isfinite(grad[others]).all(), f"{backend}: d{name} of other sequences"

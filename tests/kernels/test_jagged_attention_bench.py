@@ -1,17 +1,45 @@
-"""The CPU benchmark's measurement code on a tiny batch (the real run is `python -m
+"""The CPU benchmark on a tiny configuration (the real run is `python -m
 kernels.benchmarks.jagged_attention_bench`)."""
+
+import json
+import os
+import subprocess
+import sys
 
 import torch
 
-from kernels.benchmarks.jagged_attention_bench import run_distribution
+from kernels.benchmarks.jagged_attention_bench import METHODS, run_batch
+from kernels.benchmarks.results import cpu_description
 
 
-def test_benchmark_runs_and_every_method_agrees():
+def test_every_method_agrees_with_its_baseline():
     lengths = torch.tensor([12, 3, 5, 1, 2, 6, 4, 7, 9, 2, 3, 1, 8, 5, 4, 6])
-    figures = run_distribution(lengths, slow_reps=1, seed=0, smoke=True)
-    assert figures["max_rel_err_vs_baselines"] < 1e-4
-    for key in ("speedup_vs_padded_sdpa_fwd_bwd", "speedup_vs_fbgemm_sll_fwd_bwd",
-                "speedup_vs_nested_fwd_bwd", "speedup_vs_padded_sdpa_fwd"):
-        assert figures[key] > 0
-    assert figures["nested_timed_on_sequences"] == 2
+    figures = run_batch(lengths, list(METHODS), reps=1, warmup=0)
+    for key in ("rel_err_ours_vs_padded_sdpa", "rel_err_ours_vs_fbgemm_sll",
+                "rel_err_ours_vs_nested", "rel_err_ours_gdpa_causal_vs_padded_gdpa_causal"):
+        assert figures[key] < 1e-4, key
+    for name in METHODS:
+        assert figures[f"{name}_fwd_bwd_ms"] > 0 and figures[f"{name}_useful_gflops"] > 0
     assert 0.5 < figures["padding_fraction"] < 0.7
+
+
+def test_command_line_writes_results_with_machine(tmp_path):
+    """`python -m`-style run on a 16-sequence batch standing in for "default"."""
+    code = ("import kernels.benchmarks.jagged_attention_bench as b; "
+            "b.BATCHES['default'] = b.QUICK_BATCH; "
+            "b.main(['--threads', '1', '--reps', '1', '--warmup', '0', '--name', 'tiny'])")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                   env={**os.environ, "GEM_BENCH_RESULTS": str(tmp_path)})
+    payload = json.loads((tmp_path / "tiny.json").read_text())
+    figures = payload["default_threads_1"]
+    assert figures["ours_fwd_bwd_ms"] > 0 and figures["matmul_peak_gflops"] > 0
+    assert figures["ours_fraction_of_peak"] > 0
+    assert figures["speedup_ours_vs_padded_sdpa_fwd_bwd"] > 0
+    assert payload["machine"]["isa"] == cpu_description()["isa"]
+    assert payload["machine"]["torch_threads"] == 1
+
+
+def test_benchmark_module_imports_nothing_from_gem():
+    code = ("import sys, kernels.benchmarks.jagged_attention_bench, kernels.benchmarks.jagged_attention_gpu; "
+            "sys.exit(any(m == 'gem' or m.startswith('gem.') for m in sys.modules))")
+    subprocess.run([sys.executable, "-c", code], check=True)

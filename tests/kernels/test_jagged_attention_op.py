@@ -19,9 +19,10 @@ BWD = torch.ops.gem_kernels.jagged_attention_bwd
 
 def _op_args(case, backend):
     o = case.options
+    scale = 1.0 / case.q.shape[2] ** 0.5
     return (case.q, case.k, case.v, case.offsets, o["max_seq_len"], o.get("form", "softmax"),
             o.get("causal", False), case.attn_bias, case.num_targets, o.get("activation", "silu"),
-            backend)
+            backend, scale, 0, 0, 0.0, 0)
 
 
 @pytest.mark.parametrize("backend", ["pytorch", "bucketed", "triton"])
@@ -132,7 +133,15 @@ def _bad_inputs():
         (dict(good, offsets=offsets.int()), "offsets must be a 1-D int64"),
         (dict(good, offsets=torch.tensor([0, 2, 5])), "offsets\\[-1\\] \\(5\\) must equal"),
         (dict(good, offsets=torch.tensor([0, 4, 2, 6])), "non-decreasing"),
-        (dict(good, max_seq_len=0), "max_seq_len must be a positive int; got 0"),
+        (dict(good, max_seq_len=0), "max_seq_len must be a positive int \\(not a bool\\); got 0"),
+        (dict(good, max_seq_len=True), "max_seq_len must be a positive int \\(not a bool\\); got True"),
+        (dict(good, offsets=torch.tensor([2, 4, 6])), "offsets\\[0\\] \\(2\\) must be 0"),
+        (dict(good, attn_bias=torch.randn(2, 5, dtype=torch.float64)),
+         "attn_bias must have q's dtype and device \\(torch.float32, cpu\\); got torch.float64"),
+        (dict(good, scale=float("nan")), "scale must be None .* or a finite float; got nan"),
+        (dict(good, max_attn_len=-1), "max_attn_len must be an int >= 0 .*; got -1"),
+        (dict(good, contextual_len=1.5), "contextual_len must be an int >= 0 .*; got 1.5"),
+        (dict(good, dropout_p=1.0), "dropout_p must be a float in \\[0, 1\\); got 1.0"),
         (dict(good, form="linear"), "form must be one of .*'linear'"),
         (dict(good, form="gdpa", activation="tanh"), "activation must be one of .*'tanh'"),
         (dict(good, attn_bias=torch.randn(2, 4)), "attn_bias must be \\(heads=2, 2R\\+1\\).*\\(2, 4\\)"),
