@@ -45,6 +45,7 @@ from gem.data.contract import (
     EVENTS_SCHEMA,
     ITEMS_FILE,
     ITEMS_SCHEMA,
+    MANIFEST,
     PRIMARY_KEYS,
     USERS_FILE,
     USERS_SCHEMA,
@@ -202,10 +203,28 @@ def validate_dataset(path: str | Path, *, report_dir: str | Path | None = None,
     write_json_atomic(asdict(report) | {"reconciles": report.reconciles}, Path(report.report_path))
     if out_root is not None:
         manifest.extra = dict(manifest.extra, validated_from=str(root))
+        manifest.extra.pop("validation", None)
         manifest.write(out_root)
+        stamp_clean(out_root, manifest)
     if not report.reconciles:  # pragma: no cover - an invariant, not a user error
         raise AssertionError(f"validation counts do not reconcile: {report}")
     return report
+
+
+def dataset_stamp(root: Path) -> str:
+    """Digest of a dataset's files and manifest (less its own stamp and reports)."""
+    from gem.utils.digest import tree_digest, value_digest
+
+    manifest = json.loads((Path(root) / MANIFEST).read_text())
+    manifest["extra"] = {k: v for k, v in manifest.get("extra", {}).items() if k != "validation"}
+    return value_digest({"files": tree_digest(root, exclude=(MANIFEST, REPORT_DIR)), "manifest": manifest})
+
+
+def stamp_clean(root: Path, manifest: Manifest) -> None:
+    """Record in ``root``'s manifest that it was written clean by the validator, so a
+    features build of it, unchanged, does not validate again."""
+    manifest.extra = dict(manifest.extra, validation={"digest": dataset_stamp(root)})
+    manifest.write(root)
 
 
 def _read(file: Path, root: Path, schema: pa.Schema) -> pa.Table:

@@ -9,6 +9,8 @@
     OUT/manifest.json   FeatureSpec, window, shards (+sha256), counts, bytes, digest
     OUT/report.json     validation report (see report.py)
     OUT/vocab/*.parquet vocabularies (id = 1 + row)
+    OUT/validation/     the input's quarantine and validation report, when the validator
+                        quarantined rows (see validation.py: by default the build refuses)
     OUT/shards/<bucket>-<day>/{examples,history,users}.parquet, stats.json (segments.py)
 
 The manifest is removed when a build starts and written last: a directory without
@@ -38,12 +40,14 @@ from gem.features.segments import FORMAT
 from gem.features.shards import DENSE_FEATURES, SPARSE_FEATURES, list_shards, read_stats
 from gem.features.jobs import shard_job, stage_job
 from gem.features.staging import group_days
+from gem.features.validation import checked_dataset
 from gem.features.storage import dir_bytes, dir_digest, dumps, file_digest, write_json_atomic
 from gem.features.vocab import VOCAB_DIR, VOCAB_NAMES, Vocabularies, build_vocabularies
 
 log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.json"
+VALIDATION_DIR = "validation"  # the input's quarantine, when rows were quarantined
 OUTPUT_KIND = "features"
 # bytes of one materialized sequence element: item int32, event_type/surface/is_ad/action
 # int8, age float32 -- the "plain" layout the shard layout is compared with
@@ -73,6 +77,10 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
     manifest = Manifest.read(data_dir)
     claim_output(out_dir, OUTPUT_KIND, inputs=[data_dir] + ([cfg.vocab_from] if cfg.vocab_from else []),
                  legacy=_earlier_build)
+    (out_dir / MANIFEST).unlink(missing_ok=True)  # from here on the directory is "unfinished"
+    shutil.rmtree(out_dir / WORK_DIR, ignore_errors=True)
+    shutil.rmtree(out_dir / VALIDATION_DIR, ignore_errors=True)
+    data_dir = checked_dataset(data_dir, out_dir / WORK_DIR, out_dir / VALIDATION_DIR, on_invalid=cfg.on_invalid)
     start = parse_utc(window_start) if window_start else manifest.start
     end = parse_utc(window_end) if window_end else manifest.end
     if start >= end:
@@ -89,9 +97,6 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
         max_seq_len=cfg.max_seq_len, num_buckets=cfg.num_buckets, include_organic=cfg.include_organic,
         feast_repo=str(resolve_repo(cfg.feast_repo)),
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / MANIFEST).unlink(missing_ok=True)  # from here on the directory is "unfinished"
-    shutil.rmtree(plan.work_dir, ignore_errors=True)
     vocab = Vocabularies.read(Path(cfg.vocab_from)) if cfg.vocab_from else build_vocabularies(
         data_dir, end_us, cfg.min_count)
     vocab.write(out_dir)

@@ -49,10 +49,17 @@ def _load_cfg(args: argparse.Namespace):
 
 
 def _build(args: argparse.Namespace) -> int:
+    from gem.data.contract import ContractError
     from gem.features.build import build_features
+    from gem.features.validation import DatasetRejected
+    from gem.utils.outputs import OutputFolderError
 
-    manifest = build_features(args.data, args.out, _load_cfg(args), window_start=args.start,
-                              window_end=args.end, previous_report=args.previous)
+    try:
+        manifest = build_features(args.data, args.out, _load_cfg(args), window_start=args.start,
+                                  window_end=args.end, previous_report=args.previous)
+    except (DatasetRejected, ContractError, OutputFolderError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     summary = {"out": str(args.out), "window": manifest["window"], "counts": manifest["counts"],
                "bytes_per_example": round(manifest["bytes"]["per_example"], 1), "digest": manifest["digest"]}
     print(json.dumps(summary, indent=2))

@@ -17,6 +17,9 @@ class FeaturesConfig:
     feast_repo: str = ""  # Feast repo with the definitions; "" = the project's feature_repo/
     recent_k: int = 20  # length of the Feast online recent-behaviour arrays
     keep_work: bool = False  # keep the staging/Feast work dir after the build (debugging)
+    # rows the data validator quarantines: "refuse" the dataset, or "quarantine" them
+    # and build from the valid rows (gem/features/validation.py)
+    on_invalid: str = "refuse"
 
     def check(self) -> None:
         if not 1 <= self.max_seq_len <= 65_536:
@@ -29,5 +32,7 @@ class FeaturesConfig:
             raise ValueError(f"features.min_count must be >= 1, got {self.min_count}")
         if self.recent_k < 1:
             raise ValueError(f"features.recent_k must be >= 1, got {self.recent_k}")
+        if self.on_invalid not in ("refuse", "quarantine"):
+            raise ValueError(f"features.on_invalid must be 'refuse' or 'quarantine', got {self.on_invalid!r}")
         if self.workers < 0:
             raise ValueError(f"features.workers must be >= 0, got {self.workers}")
