@@ -34,9 +34,9 @@ def attribute_time(data_dir: Path) -> dt.datetime:
     data_dir = Path(data_dir)
     con = duckdb.connect()
     try:
-        first_us = con.execute(
-            f"SELECT min(epoch_us(event_time)) FROM read_parquet('{data_dir / EVENTS_DIR}/day=*/*.parquet', "
-            "hive_partitioning=false)"
+        first_us = con.execute(  # the path is a bound parameter, never SQL text
+            "SELECT min(epoch_us(event_time)) FROM read_parquet(?, hive_partitioning=false)",
+            [f"{data_dir / EVENTS_DIR}/day=*/*.parquet"],
         ).fetchone()[0]
     finally:
         con.close()
@@ -76,7 +76,7 @@ def recent_behavior(data_dir: Path, k: int) -> pa.Table:
                  list(surface) OVER last_k AS recent_surfaces,
                  row_number() OVER (PARTITION BY user_id ORDER BY event_time, event_id) AS history_count,
                  row_number() OVER (PARTITION BY user_id, event_time ORDER BY event_id DESC) AS last_of_tie
-          FROM read_parquet('{events}', hive_partitioning=false)
+          FROM read_parquet($events, hive_partitioning=false)
           WINDOW last_k AS (PARTITION BY user_id ORDER BY event_time, event_id
                             ROWS BETWEEN {int(k) - 1} PRECEDING AND CURRENT ROW)
         )
@@ -87,7 +87,7 @@ def recent_behavior(data_dir: Path, k: int) -> pa.Table:
     con = duckdb.connect()
     try:
         con.execute("SET threads TO 2")
-        table = con.sql(query).to_arrow_table()
+        table = con.sql(query, params={"events": events}).to_arrow_table()  # a path is data, never SQL
     finally:
         con.close()
     return table.cast(pa.schema([

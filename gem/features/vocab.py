@@ -69,9 +69,11 @@ def build_vocabularies(data_dir: Path, window_end_us: int, min_count: int) -> Vo
         con.execute("SET threads TO 2")
         values: dict[str, pa.Array] = {}
         for key in ID_VOCABS:
+            # paths and numbers are bound parameters: a path is data, never SQL (a ' in it is fine)
             ids = con.sql(
-                f"SELECT {key} FROM read_parquet('{events}', hive_partitioning=false) "
-                f"WHERE epoch_us(event_time) < {int(window_end_us)} GROUP BY {key} HAVING count(*) >= {int(min_count)} ORDER BY {key}"
+                f"SELECT {key} FROM read_parquet(?, hive_partitioning=false) "
+                f"WHERE epoch_us(event_time) < ? GROUP BY {key} HAVING count(*) >= ? ORDER BY {key}",
+                params=[events, int(window_end_us), int(min_count)],
             ).to_arrow_table().column(0)
             values[key] = ids.combine_chunks().cast(pa.int64())
         con.register("known_users", pa.table({"user_id": values["user_id"]}))
@@ -82,10 +84,11 @@ def build_vocabularies(data_dir: Path, window_end_us: int, min_count: int) -> Vo
         ):
             key = "user_id" if table == "users" else "item_id"
             path = data_dir / file
-            for attr in attrs:
+            for attr in attrs:  # attr, key and known are this module's constants, not input
                 col = con.sql(
-                    f"SELECT DISTINCT t.{attr} FROM read_parquet('{path}') t JOIN {known} k USING ({key}) "
-                    f"WHERE t.{attr} IS NOT NULL ORDER BY 1"
+                    f"SELECT DISTINCT t.{attr} FROM read_parquet(?) t JOIN {known} k USING ({key}) "
+                    f"WHERE t.{attr} IS NOT NULL ORDER BY 1",
+                    params=[str(path)],
                 ).to_arrow_table().column(0)
                 values[attr] = col.combine_chunks()
     finally:
