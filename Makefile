@@ -42,8 +42,9 @@ test: install  ## install, then run the whole test suite
 bench: install  ## run every benchmark; results in benchmarks/results/*.json
 	$(BIN)/python -m benchmarks
 
-lint:  ## byte-compile everything (cheap syntax gate)
-	$(BIN)/python -m compileall -q gem kernels students components pipelines benchmarks tests
+lint: install  ## ruff (config in pyproject.toml) and the import-layer contracts
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 clean:  ## remove run outputs (keeps .venv)
 	rm -rf runs mlruns mlflow.db .pytest_cache

@@ -18,9 +18,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks.results import print_table, write_result
 from gem.config import load_config
 from gem.data.simulate import SimulatorConfig, simulate
-from benchmarks.results import print_table, write_result
 
 
 def stage_seconds(workspace: Path, run_prefix: str) -> dict[str, float]:
@@ -47,9 +47,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--preset", choices=("tiny", "small"), default="small")
     args = parser.parse_args()
+    from gem_app.pipelines.local import PRESETS
     from gem_app.refresh.cycle import dataset_until, run_cycle
-
-    from gem_app.pipeline_cli import PRESETS
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

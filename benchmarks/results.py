@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
-
 def results_dir() -> Path:
     return Path(os.environ.get("GEM_BENCH_RESULTS") or Path.cwd() / "benchmarks" / "results")
 

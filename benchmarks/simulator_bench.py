@@ -16,9 +16,9 @@ from pathlib import Path
 
 import psutil
 
+from benchmarks.results import print_table, write_result
 from gem.config import load_config
 from gem.data.simulate import SimulatorConfig, simulate
-from benchmarks.results import print_table, write_result
 
 
 class TreeRssSampler:

@@ -1,9 +1,6 @@
-"""GEM: a generative ads-recommendation foundation model and its transfer into
-per-surface vertical models.
-
-Stages (one package function each; `python -m gem --help` lists the CLI):
-data (contract, validate, simulate, adapters) -> features -> train -> knowledge
--> distill -> pipeline / refresh.
-"""
+"""GEM, the library: the data contract (data/), point-in-time sequence features
+(features/), the model (model/), its training (training/), knowledge generation
+(knowledge/), the registry's names (registry.py) and the time protocol (protocol.py).
+The application that drives it is gem_app; `python -m gem` is its entry point."""
 
 __version__ = "0.1.0"

@@ -3,7 +3,10 @@ the docs all spell a model, an alias or the experiment through these.
 
 - the teacher: ``gem_teacher``; each surface's student: ``student_<surface>``;
 - ``champion``: the version serving (moved only by the gate); ``challenger``: the
-  newest version that lost its gate.
+  newest version that lost its gate; ``stale``: the frozen teacher of a transfer
+  experiment;
+- a benchmark's models carry its dataset (and the student's method) in the name:
+  ``gem_teacher_<dataset>``, ``student_<dataset>_<method>_<surface>``.
 """
 
 from __future__ import annotations
@@ -12,11 +15,16 @@ EXPERIMENT = "gem-pipeline"
 TEACHER_MODEL = "gem_teacher"
 CHAMPION = "champion"
 CHALLENGER = "challenger"
+STALE = "stale"
 FEATURES_DIR_TAG = "gem.features_dir"
 
 
-def student_model(surface: str) -> str:
-    return f"student_{surface}"
+def teacher_model(dataset: str | None = None) -> str:
+    return f"{TEACHER_MODEL}_{dataset}" if dataset else TEACHER_MODEL
+
+
+def student_model(surface: str, *, dataset: str | None = None, method: str | None = None) -> str:
+    return "_".join(["student", *(p for p in (dataset, method) if p), surface])
 
 
 def model_uri(name: str, version: str | int | None = None, *, alias: str | None = None) -> str:

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--train", required=True, type=Path, help="features directory of the student window")
     parser.add_argument("--eval", required=True, type=Path, help="features directory the students are scored on")
     parser.add_argument("--repo", required=True, type=Path, help="Feast repo holding the teacher's knowledge")
-    parser.add_argument("--teacher", required=True, help="teacher URI (models:/gem_teacher@champion, runs:/..., a folder)")
+    parser.add_argument("--teacher", required=True, help="teacher URI: models:/gem_teacher@champion, runs:/..., folder")
     parser.add_argument("--out", required=True, type=Path, help="output folder (one <surface>.json each, mlflow.db)")
     parser.add_argument("--surfaces", default="", help="comma-separated surfaces (default: every surface of --train)")
     parser.add_argument("--preset", default="default", help="gem/configs/students/<preset>.yaml")

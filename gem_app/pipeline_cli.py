@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -21,8 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("pipeline", help="run or compile the end-to-end pipeline", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = parser.add_subparsers(dest="pipeline_command", metavar="ACTION", required=True)
-    run = actions.add_parser("run", help="run gem_pipeline locally (kfp.local, MLflow on sqlite, Feast on duckdb/sqlite)")
-    run.add_argument("--workspace", type=Path, default=Path("runs/main"), help="run directory (data, models, mlflow.db)")
+    run = actions.add_parser("run", help="run gem_pipeline locally (kfp.local, MLflow sqlite, Feast duckdb/sqlite)")
+    run.add_argument("--workspace", type=Path, default=Path("runs/main"), help="run folder (data, models, mlflow.db)")
     run.add_argument("--data", default="", help="a contract dataset (default: simulate one)")
     run.add_argument("--preset", choices=("tiny", "small"), default="small",
                      help="sizes of every stage: tiny (seconds, tests) or small (the default main job)")
@@ -30,28 +31,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.set_defaults(func=_run)
     comp = actions.add_parser("compile", help="compile gem_pipeline and refresh_pipeline to IR YAML")
     comp.add_argument("--out", type=Path, default=Path("pipelines/compiled"))
-    comp.add_argument("--image", default="", help="project image for every component (default $GEM_IMAGE or gem:latest)")
+    comp.add_argument("--image", default="", help="project image of every component (default $GEM_IMAGE or gem:latest)")
     comp.add_argument("--mlflow-uri", default="", help="tracking server the cluster tasks log to")
     comp.set_defaults(func=_compile)
 
 
-PRESETS = {
-    "tiny": {"sim_preset": "tiny", "features_preset": "tiny", "train_preset": "tiny", "student_preset": "pipeline"},
-    "small": {"sim_preset": "small", "features_preset": "pipeline", "train_preset": "pipeline",
-              "student_preset": "pipeline"},
-}
-
-
 def _run(args: argparse.Namespace) -> int:
-    from gem_app.pipelines.local import run_gem_pipeline
+    from gem_app.pipelines.local import PRESETS, run_gem_pipeline
 
     params = dict(PRESETS[args.preset])
     params["data"] = str(Path(args.data).resolve()) if args.data else ""
     params["surfaces"] = [s for s in args.surfaces.split(",") if s]
-    started = time.perf_counter()
-    run_gem_pipeline(args.workspace, **params)
-    seconds = time.perf_counter() - started
     workspace = Path(args.workspace).resolve()
+    print(f"gem pipeline: {params['data'] or 'simulator data (' + params['sim_preset'] + ')'} -> {workspace}"
+          f"  (each step's log: {workspace / 'logs'})", flush=True)
+    started = time.perf_counter()
+    try:
+        run_gem_pipeline(args.workspace, **params)
+    except RuntimeError as exc:  # a task failed: its last lines are already on stderr
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    seconds = time.perf_counter() - started
+    print()
     print((workspace / "summary.md").read_text())
     print(f"pipeline finished in {seconds:.0f} s; summary: {workspace / 'summary.json'}")
     print(f"open the results:  .venv/bin/mlflow ui --backend-store-uri sqlite:///{workspace / 'mlflow.db'}")

@@ -52,7 +52,8 @@ class GateDecision:
         head = (f"{self.model_name} v{self.challenger_version} vs "
                 f"{'v' + self.champion_version if self.champion_version else 'no champion'}: "
                 f"{'PROMOTE' if self.promote else 'keep champion'}")
-        return "\n".join([head] + [f"  {v.surface:<10} {'win ' if v.wins else 'lose'} {v.reason}" for v in self.surfaces])
+        lines = [f"  {v.surface:<10} {'win ' if v.wins else 'lose'} {v.reason}" for v in self.surfaces]
+        return "\n".join([head, *lines])
 
 
 def compare(challenger: dict[str, dict[str, float]], champion: dict[str, dict[str, float]] | None,
@@ -70,8 +71,10 @@ def compare(challenger: dict[str, dict[str, float]], champion: dict[str, dict[st
             auc_gain = metrics["auc"] - reference["auc"]
             ne_increase = metrics["ne"] - reference["ne"]
             wins = auc_gain >= cfg.min_auc_gain and ne_increase <= cfg.max_ne_increase
-            reason = (f"auc {metrics['auc']:.4f} vs {reference['auc']:.4f} (gain {auc_gain:+.4f}, need >= {cfg.min_auc_gain}); "
-                      f"ne {metrics['ne']:.4f} vs {reference['ne']:.4f} (increase {ne_increase:+.4f}, allow <= {cfg.max_ne_increase})")
+            reason = (f"auc {metrics['auc']:.4f} vs {reference['auc']:.4f} "
+                      f"(gain {auc_gain:+.4f}, need >= {cfg.min_auc_gain}); "
+                      f"ne {metrics['ne']:.4f} vs {reference['ne']:.4f} "
+                      f"(increase {ne_increase:+.4f}, allow <= {cfg.max_ne_increase})")
         verdicts.append(SurfaceVerdict(surface, metrics, reference, wins, reason))
     wins = [v.wins for v in verdicts]
     promote = all(wins) if cfg.require_all_surfaces else any(wins)

@@ -148,7 +148,8 @@ def distill(train: StudentTable, eval_table: StudentTable | None, spec, cfg: Dis
             if tr.sharing != "off" else []
         rows = train.surface == s
         terms = [SoftTarget(t.name, t.weight, t.probs[rows], t.temperature) for t in soft]
-        losses = train_student(model, part, cfg.optim, seed=seed, soft_targets=terms)
+        losses = train_student(model, part, cfg.optim, seed=seed, soft_targets=terms,
+                               desc=f"distill {name}")
         metrics, n_eval = {}, 0
         if eval_table is not None:
             ev = eval_table.subset(eval_table.surface == s)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from gem.training.metrics import SurfaceTaskMetrics
+from gem.utils.progress import Progress
 from students.config import OptimConfig
 from students.data import StudentTable
 from students.losses import SoftTarget, distill_loss
@@ -18,7 +19,7 @@ from students.model import VerticalStudent
 
 
 def train_student(model: VerticalStudent, table: StudentTable, optim: OptimConfig, *, seed: int,
-                  soft_targets: list[SoftTarget] | None = None) -> list[float]:
+                  soft_targets: list[SoftTarget] | None = None, desc: str = "student") -> list[float]:
     """Train in place; returns the mean loss of each epoch."""
     terms = [t for t in (soft_targets or []) if t.weight > 0]
     for t in terms:
@@ -30,6 +31,7 @@ def train_student(model: VerticalStudent, table: StudentTable, optim: OptimConfi
     n = len(table)
     history = []
     model.train()
+    bar = Progress(optim.epochs * -(-n // optim.batch_size), desc, unit="batch")
     for _ in range(optim.epochs):
         order = torch.randperm(n, generator=gen)
         total, count = 0.0, 0
@@ -42,7 +44,9 @@ def train_student(model: VerticalStudent, table: StudentTable, optim: OptimConfi
             opt.step()
             total += float(loss.detach()) * len(idx)
             count += len(idx)
+            bar.update()
         history.append(total / max(count, 1))
+    bar.close()
     model.eval()
     return history
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-import os
 import tempfile
 import time
 import traceback
@@ -46,8 +45,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gem.data.contract import SURFACES
 from benchmarks.results import print_table, shared_data, write_result
+from gem.data.contract import SURFACES
 
 SHARED = shared_data()
 DATASETS = ("simulator", "movielens100k", "taobao")

@@ -15,10 +15,9 @@ def compile_all(out: str | Path, *, image: str | None = None, mlflow_uri: str | 
         os.environ["GEM_IMAGE"] = image  # read when the components module is first imported
     from kfp import compiler
 
+    from gem_app.components.base import BASE_IMAGE
     from gem_app.pipelines.gem_pipeline import make_gem_pipeline
     from gem_app.pipelines.settings import ClusterSettings
-
-    from gem_app.components.base import BASE_IMAGE
 
     cluster = ClusterSettings(image=BASE_IMAGE, **({"mlflow_uri": mlflow_uri} if mlflow_uri else {}))
     out = Path(out)

@@ -8,8 +8,19 @@ vocabularies), knowledge is regenerated, students re-distilled, gated and promot
 
 from kfp import dsl
 
-from gem_app.components import (distill, distill_plan, feast_materialize, gate, ingest, knowledge, promote,
-                                resolve_champion, start_run, summary, train)
+from gem_app.components import (
+    distill,
+    distill_plan,
+    feast_materialize,
+    gate,
+    ingest,
+    knowledge,
+    promote,
+    resolve_champion,
+    start_run,
+    summary,
+    train,
+)
 from gem_app.pipelines.features_window import make_features_window
 from gem_app.pipelines.settings import ClusterSettings, configure_task
 
@@ -22,7 +33,8 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
                   + (", continuing the champion teacher on the newest days." if refresh else "."))
     def gem_pipeline(workspace: str, run_id: str, tracking_root: str = "", data: str = "",
                      sim_preset: str = "small", features_preset: str = "pipeline", train_preset: str = "pipeline",
-                     student_preset: str = "pipeline", surfaces: list = [], student_days: int = 1,
+                     student_preset: str = "pipeline", surfaces: list = [],  # noqa: B006 (compiled, never mutated)
+                     student_days: int = 1,
                      holdout_days: int = 1, teacher_days: int = 1 if refresh else 0, min_auc_gain: float = 0.0,
                      max_ne_increase: float = 0.0, min_auc: float = 0.55,
                      pretrain_launcher: str = "trainjob:1:1" if cluster else "local"):
@@ -60,7 +72,8 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
                                                       out_root=f"{workspace}/knowledge", feast_repo=repo.output),
                                    "heavy", cluster)
         jobs = configure_task(distill_plan(
-            ctx=ctx, surfaces=surfaces, available=ingested.outputs["surfaces"], train_features=student_feats.output, eval_features=holdout_feats.output,
+            ctx=ctx, surfaces=surfaces, available=ingested.outputs["surfaces"], train_features=student_feats.output,
+            eval_features=holdout_feats.output,
             feast_repo=repo.output, teacher_uri=teacher.outputs["model_uri"], teacher_version=generated.output,
             out=f"{workspace}/students", preset=student_preset, min_auc_gain=min_auc_gain,
             max_ne_increase=max_ne_increase, min_auc=min_auc), "light", cluster)

@@ -5,9 +5,22 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import secrets
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+# the sizes of every stage, by the name `pipeline run --preset` and `refresh --preset` take
+PRESETS = {
+    "tiny": {"sim_preset": "tiny", "features_preset": "tiny", "train_preset": "tiny", "student_preset": "pipeline"},
+    "small": {"sim_preset": "small", "features_preset": "pipeline", "train_preset": "pipeline",
+              "student_preset": "pipeline"},
+}
+
+
+def new_run_id() -> str:
+    """UTC time to the microsecond plus 4 random hex digits: unique across processes."""
+    return f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S%f}-{secrets.token_hex(2)}"
 
 
 def init_local(pipeline_root: Path) -> None:
@@ -22,13 +35,16 @@ def run_pipeline(workspace: str | Path, *, refresh: bool = False, **params) -> d
     workspace. ``tracking_root`` defaults to the workspace (MLflow on sqlite there)."""
     import json
 
+    from gem_app.locks import exclusive
+    from gem_app.pipelines.console import PipelineConsole
     from gem_app.pipelines.gem_pipeline import make_gem_pipeline
 
     workspace = Path(workspace).resolve()
     workspace.mkdir(parents=True, exist_ok=True)
     init_local(workspace / "kfp")
-    run_id = params.pop("run_id", None) or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    make_gem_pipeline(None, refresh=refresh)(workspace=str(workspace), run_id=run_id, **params)
+    run_id = params.pop("run_id", None) or new_run_id()
+    with exclusive(workspace, "pipeline", what="pipeline run"), PipelineConsole(workspace):
+        make_gem_pipeline(None, refresh=refresh)(workspace=str(workspace), run_id=run_id, **params)
     return json.loads((workspace / "summary.json").read_text())
 
 

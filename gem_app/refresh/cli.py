@@ -44,9 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _refresh(args: argparse.Namespace) -> int:
-    from gem_app.pipeline_cli import PRESETS
-    from gem_app.refresh.state import RefreshBusy, RefreshConfig, parse_interval, run_every, run_refresh
+    from gem_app.pipelines.local import PRESETS
     from gem_app.refresh.cycle import run_cycle
+    from gem_app.refresh.state import RefreshBusy, RefreshConfig, parse_interval, run_every, run_refresh
 
     if args.data is None:
         print("error: --data is required", file=sys.stderr)

@@ -11,9 +11,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import fcntl
 import json
 import logging
 import os
@@ -21,9 +19,10 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from gem.data.contract import DAY_PARTITION, EVENTS_DIR
+from gem_app.locks import Busy, exclusive
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +31,7 @@ _INTERVAL = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-class RefreshBusy(RuntimeError):
-    """Another refresh holds the lock."""
+RefreshBusy = Busy  # another refresh holds the lock
 
 
 @dataclass(kw_only=True)
@@ -60,28 +58,8 @@ def parse_interval(text: str) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
-@contextlib.contextmanager
-def refresh_lock(state_dir: Path) -> Iterator[None]:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    path = state_dir / "refresh.lock"
-    handle = open(path, "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown holder"
-        handle.close()
-        raise RefreshBusy(f"another refresh is running ({holder}; lock {path}); refusing to start") from None
-    try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} since {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}")
-        handle.flush()
-        yield
-    finally:
-        handle.truncate(0)
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+def refresh_lock(state_dir: Path):
+    return exclusive(state_dir, "refresh", what="refresh")
 
 
 def available_days(data: Path) -> list[dt.date]:

@@ -98,6 +98,13 @@ def tracked(ctx: RunContext, name: str, *, tags: dict | None = None) -> Iterator
         yield run
 
 
+def record_path(out: str | Path, stage: str) -> Path:
+    """Where a stage keeps its records about an output folder it does not own (beside it,
+    so the folder itself stays exactly what its writer put there)."""
+    out = Path(out)
+    return out.parent / ".stages" / f"{out.name}.{stage}.json"
+
+
 class Reuse:
     """A finished stage's result, recorded at ``path`` under a content key.
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gem import registry, tracking
+from gem.utils.progress import figure
 from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
 from gem_app.stages.features import features_lineage
 
@@ -102,12 +103,18 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
                 "ne": figures["no_teacher"]["ne"] - figures["student"]["ne"]}
         mlflow.log_metrics({f"eval/{who}/{k}": v for who, m in figures.items() for k, v in m.items()})
         mlflow.log_metrics({f"eval/lift/{k}": v for k, v in lift.items()})
+        for who, res in (("student", student), ("no_teacher", baseline)):
+            for epoch, loss in enumerate(res.train_loss):
+                mlflow.log_metric(f"train/{who}/loss", loss, step=epoch)
         version = log_student(student, registry.student_model(surface), teacher_version,
                               extra_tags={tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
                                           tracking.TAG_DATA_WINDOW: window})
     result = DistillResult(surface=surface, model_name=registry.student_model(surface), version=version,
                            teacher_version=teacher_version, methods=list(student.methods), metrics=figures,
                            lift=lift, flops_per_example=float(student.flops_per_example or 0.0))
+    figure("surface", surface)
+    figure("student AUC", figures["student"]["auc"])
+    figure("lift AUC", lift["auc"])
     Path(out).mkdir(parents=True, exist_ok=True)
     reuse.put(json.loads(json.dumps(result.as_dict(), default=str)))
     return result

@@ -17,6 +17,7 @@ from pathlib import Path
 from gem import tracking
 from gem.protocol import window_tag
 from gem.utils.digest import tree_digest, value_digest
+from gem.utils.progress import figure
 from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
 
 PLAN_RECORD = "features_plan.json"
@@ -75,6 +76,7 @@ def features_plan(data: str, out: str, start: str, end: str, preset: str, vocab_
     plan = prepare_build(data, out, cfg, window_start=start, window_end=end)
     names = [k.name for k in list_shards(plan)]
     planned.put({"shards": names})
+    figure("shards", len(names))
     return names
 
 
@@ -117,6 +119,8 @@ def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_f
     result = FeaturesResult(features=out, examples=manifest["counts"]["examples"], digest=manifest["digest"],
                             window=window)
     done.put(result.as_dict())
+    figure("window", name)
+    figure("examples", result.examples)
     return result
 
 
@@ -142,6 +146,7 @@ def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext) -> Fe
         store = materialize(repo, end=parse_utc(end))
         views = sorted(v.name for v in store.list_feature_views())
         mlflow.log_param("feature_views", ",".join(views))
+    figure("feature views", len(views))
     return FeastResult(repo=str(repo), feature_views=views)
 
 

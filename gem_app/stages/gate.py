@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gem import registry, tracking
+from gem.utils.progress import figure
 from gem_app.promotion import GateConfig, GateDecision, apply_decision, decide, decision_from_dict
 from gem_app.stages.context import RunContext, StageResult, tracked, without_nulls
 
@@ -91,6 +92,8 @@ def gate(surface: str, challenger_version: str, eval_features: str, feast_repo: 
         decision = decide(name, challenger_version, {surface: challenger},
                           {surface: champion} if champion else None, cfg or GateConfig())
         _log_decision(decision)
+    figure("surface", surface)
+    figure("decision", "promote" if decision.promote else "reject")
     return without_nulls(decision.to_dict())
 
 
@@ -111,5 +114,6 @@ def promote(decision: dict, ctx: RunContext) -> PromoteResult:
     with tracked(ctx, f"promote-{parsed.model_name}"):
         apply_decision(parsed)
         _log_decision(parsed)
+    figure(parsed.model_name, "promoted" if parsed.promote else "not promoted")
     return PromoteResult(model_name=parsed.model_name, version=parsed.challenger_version, promoted=parsed.promote,
                          champion_before=parsed.champion_version, summary=parsed.summary())

@@ -9,6 +9,7 @@ from pathlib import Path
 from gem import tracking
 from gem.protocol import dataset_window_tag, split_windows
 from gem.utils.digest import tree_digest, value_digest
+from gem.utils.progress import figure
 from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
 
 WINDOW_NAMES = ("teacher", "student", "holdout")
@@ -30,7 +31,8 @@ def simulate(out: str, preset: str, ctx: RunContext, overrides: list[str] | None
     import mlflow
 
     from gem.config import flatten, load_config
-    from gem.data.simulate import SimulatorConfig, simulate as run_simulator
+    from gem.data.simulate import SimulatorConfig
+    from gem.data.simulate import simulate as run_simulator
 
     cfg = load_config(SimulatorConfig, section="simulator", preset=preset, overrides=overrides)
     with tracked(ctx, "simulate"):
@@ -86,4 +88,7 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
         events=report.processed_rows.get("events", 0),
         surfaces=list(manifest.surfaces))
     reuse.put(result.as_dict())
+    figure("events", result.events)
+    figure("quarantined", f"{result.quarantined_fraction:.2%}")
+    figure("surfaces", ",".join(result.surfaces))
     return result

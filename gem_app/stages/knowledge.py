@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gem import tracking
+from gem.utils.progress import figure
 from gem_app.stages.context import RunContext, StageResult, tracked
 
 
@@ -41,4 +42,5 @@ def knowledge(teacher_uri: str, features: list[str], out_root: str, feast_repo: 
             mlflow.log_metric(f"knowledge/{name}/examples_per_s", manifest["examples_per_s"])
         register_knowledge(feast_repo, outputs)
         mlflow.set_tag(tracking.TAG_FEATURE_VIEWS, "teacher_predictions,teacher_user_embedding,teacher_item_embedding")
+    figure("examples", examples)
     return KnowledgeResult(knowledge=outputs, teacher_version=teacher.version, examples=examples)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gem import registry, tracking
-from gem_app.stages.context import Reuse, RunContext, StageResult
+from gem.utils.progress import figure
+from gem_app.stages.context import Reuse, RunContext, StageResult, record_path
 from gem_app.stages.features import features_lineage
 
 
@@ -32,7 +33,7 @@ def _run_id(out_dir: Path, key: dict, ctx: RunContext, window: str, digest: str,
     """The MLflow run of this training (created once per key, resumed after a kill)."""
     import mlflow
 
-    started = Reuse(out_dir / "train_run.json", key)
+    started = Reuse(record_path(out_dir, "train-run"), key)
     if record := started.get():
         return record["run_id"]
     client = mlflow.MlflowClient()
@@ -41,7 +42,6 @@ def _run_id(out_dir: Path, key: dict, ctx: RunContext, window: str, digest: str,
         "mlflow.parentRunId": ctx.parent_run_id, tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
         tracking.TAG_STAGE: "train", tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
         **({"gem.init_from": init_from} if init_from else {})}).info.run_id
-    out_dir.mkdir(parents=True, exist_ok=True)
     started.put({"run_id": run_id})
     return run_id
 
@@ -107,7 +107,7 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
     settings = {k: v for k, v in {**flatten(cfg), **flatten(model_cfg)}.items() if "tracking" not in k}
     key = {"features": digest, "eval": features_lineage(eval_features)[1] if eval_features else "",
            "config": value_digest(settings), "init_from": init_from, "launcher": launcher}
-    reuse = Reuse(out_dir / "train.json", key)
+    reuse = Reuse(record_path(out_dir, "train"), key)
     if done := reuse.get():
         return TrainResult(**done)
     run_id = _run_id(out_dir, key, ctx, window, digest, init_from)
@@ -122,4 +122,7 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
                          model_uri=registry.model_uri(registry.TEACHER_MODEL, version.version),
                          metrics=metrics, steps=steps, promoted=bool(decision and decision.promote))
     reuse.put(result.as_dict())
+    figure("steps", steps)
+    figure("holdout AUC", metrics.get("eval/auc/all/click", float("nan")))
+    figure("version", result.model_version)
     return result

@@ -39,7 +39,7 @@ def _pipeline_cmd(workspace: Path, data: Path) -> list[str]:
 
 def _kill_during_pretraining(cmd: list[str], workspace: Path, timeout: float = 600) -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    marker = workspace / "teacher" / "train_run.json"
+    marker = workspace / ".stages" / "teacher.train-run.json"
     deadline = time.monotonic() + timeout
     try:
         while not marker.exists():
@@ -63,7 +63,7 @@ def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
 
     _kill_during_pretraining(_pipeline_cmd(workspace, view), workspace)
     assert not (workspace / "summary.json").exists()
-    run_before = json.loads((workspace / "teacher" / "train_run.json").read_text())["result"]["run_id"]
+    run_before = json.loads((workspace / ".stages" / "teacher.train-run.json").read_text())["result"]["run_id"]
     teacher_manifest = workspace / "features" / "teacher" / "manifest.json"
     built_at = teacher_manifest.stat().st_mtime_ns
 
@@ -71,7 +71,7 @@ def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "| feed |" in done.stdout and "mlflow ui --backend-store-uri sqlite:///" in done.stdout
     assert teacher_manifest.stat().st_mtime_ns == built_at  # finished stages are reused, not rebuilt
-    pretrain = json.loads((workspace / "teacher" / "train.json").read_text())["result"]
+    pretrain = json.loads((workspace / ".stages" / "teacher.train.json").read_text())["result"]
     assert pretrain["run_id"] == run_before  # the killed run was resumed, not restarted
     summary = json.loads((workspace / "summary.json").read_text())
     assert [r["surface"] for r in summary["surfaces"]] == ["feed", "video"]

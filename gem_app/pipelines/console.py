@@ -1,0 +1,206 @@
+"""What a person sees of a local pipeline run: one line per step, progress bars, and the
+failing step's last lines; everything else goes to a log file per step.
+
+kfp.local prints every task's executor chatter and its subprocess's output on stdout.
+``PipelineConsole`` takes stdout's place while the pipeline runs: it writes each task's
+lines to ``<workspace>/logs/<NN>-<task>.log``, turns the progress and figure events the
+steps emit (gem/utils/progress.py) into bars and step lines on the real terminal, and
+merges consecutive runs of one step (a ParallelFor's shards) into one line.
+
+kfp.local runs a ParallelFor's iterations in threads, each streaming its task's output
+line by line: the partial line, the running step and its log file are per thread.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gem.utils.progress import EVENT_PREFIX
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_START = re.compile(r"Executing task '([^']+)'")
+_END = re.compile(r"Task '([^']+)' finished with status (\w+)")
+_SUFFIX = re.compile(r"-\d+$")
+TAIL_LINES = 40
+
+
+@dataclass
+class _Step:
+    name: str
+    log: Path
+    started: float
+    file: object = None
+    count: int = 1
+    ended: float = 0.0
+    seconds: float = 0.0
+    figures: dict = field(default_factory=dict)
+    bars: set = field(default_factory=set)
+
+
+class PipelineConsole(io.TextIOBase):
+    def __init__(self, workspace: str | Path, *, console=None):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.logs = Path(workspace) / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.console = console or Console(file=sys.__stdout__, highlight=False)
+        self.progress = Progress(TextColumn("  {task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=True)
+        self._local = threading.local()
+        self._lock = threading.RLock()
+        self._index = 0
+        self._pending: _Step | None = None  # finished, printed when a different step starts
+        self._bars: dict[str, int] = {}
+        self.failed: _Step | None = None
+
+    # ---------------------------------------------------------------- context
+    def __enter__(self) -> "PipelineConsole":
+        root = logging.getLogger()
+        self._saved = sys.stdout, os.environ.get("GEM_PROGRESS"), root.handlers[:], builtins.print
+        os.environ["GEM_PROGRESS"] = "events"
+        sys.stdout = self
+        # kfp swaps the root logger's handlers per task and restores them racily across
+        # threads: whatever it restores must write here too
+        root.handlers = [logging.StreamHandler(self)]
+        self._pipeline_log = open(self.logs / "pipeline.log", "a")
+        warnings.filterwarnings("ignore", message="You may be attemping to run a task")
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.flush()
+        self._flush_pending()
+        self.progress.stop()
+        # kfp indents task output by patching print, and restores it racily across threads
+        sys.stdout, previous, logging.getLogger().handlers, builtins.print = self._saved
+        if previous is None:
+            os.environ.pop("GEM_PROGRESS", None)
+        else:
+            os.environ["GEM_PROGRESS"] = previous
+        self._pipeline_log.close()
+
+    # ---------------------------------------------------------------- stream
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def _current(self) -> _Step | None:
+        return getattr(self._local, "step", None)
+
+    @property
+    def _file(self):
+        step = self._current
+        return step.file if step is not None else self._pipeline_log
+
+    def write(self, text: str) -> int:
+        buffer = getattr(self._local, "buffer", "") + text
+        *lines, self._local.buffer = buffer.split("\n")
+        for line in lines:
+            self._line(line)
+        return len(text)
+
+    def flush(self) -> None:
+        if getattr(self._local, "buffer", ""):
+            line, self._local.buffer = self._local.buffer, ""
+            self._line(line)
+        self._file.flush()
+
+    def _line(self, line: str) -> None:
+        plain = _ANSI.sub("", line)
+        if EVENT_PREFIX in plain:
+            self._event(json.loads(plain.split(EVENT_PREFIX, 1)[1]))
+            return
+        if m := _START.search(plain):
+            self._start(m.group(1))
+        self._file.write(plain + "\n")
+        if m := _END.search(plain):
+            self._end(m.group(1), m.group(2))
+
+    # ---------------------------------------------------------------- steps
+    def _start(self, name: str) -> None:
+        name = _SUFFIX.sub("", name)  # kfp numbers the tasks of a reused sub-pipeline
+        with self._lock:
+            if self._pending and self._pending.name != name:
+                self._flush_pending()
+            self._index += 1
+            path = self.logs / f"{self._index:03d}-{name}.log"
+        self._local.step = _Step(name, path, time.perf_counter(), file=open(path, "w"))
+
+    def _end(self, name: str, status: str) -> None:
+        step = self._current
+        if step is None:
+            return
+        step.ended = time.perf_counter()
+        step.seconds = step.ended - step.started
+        step.file.close()
+        self._local.step = None
+        with self._lock:
+            self._finish(step, name, status)
+
+    def _finish(self, step: _Step, name: str, status: str) -> None:
+        for desc in step.bars:
+            if desc in self._bars:
+                self.progress.remove_task(self._bars.pop(desc))
+        if status != "SUCCESS":
+            self._flush_pending()
+            self.failed = step
+            self._print_failure(step)
+        elif self._pending and self._pending.name == step.name and not (step.figures or self._pending.figures):
+            self._pending.count += 1  # a ParallelFor: its wall time, first start to last end
+            self._pending.ended = max(self._pending.ended, step.ended)
+            self._pending.seconds = self._pending.ended - self._pending.started
+            self._pending.figures.update(step.figures)
+        else:
+            self._flush_pending()
+            self._pending = step
+
+    def _flush_pending(self) -> None:
+        step, self._pending = self._pending, None
+        if step is None:
+            return
+        name = step.name + (f" x{step.count}" if step.count > 1 else "")
+        figures = "  ".join(f"{k} {_fmt(v)}" for k, v in step.figures.items())
+        self.console.print(f"[green]✓[/green] {name:<28} {step.seconds:7.1f} s  {figures}", soft_wrap=True)
+
+    def _print_failure(self, step: _Step) -> None:
+        lines = step.log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
+        err = sys.__stderr__
+        print(f"✗ {step.name} failed after {step.seconds:.1f} s; its last {len(lines)} lines "
+              f"(whole log: {step.log}):", file=err)
+        for line in lines:
+            print(f"  {line}", file=err)
+        err.flush()
+
+    # ---------------------------------------------------------------- events
+    def _event(self, event: dict) -> None:
+        step = self._current
+        if event["kind"] == "figure" and step is not None:
+            step.figures[event["name"]] = event["value"]
+        elif event["kind"] == "progress":
+            desc = event["desc"]
+            with self._lock:
+                if desc not in self._bars:
+                    self._bars[desc] = self.progress.add_task(desc, total=event.get("total"))
+                if step is not None:
+                    step.bars.add(desc)
+                self.progress.update(self._bars[desc], completed=event["n"], total=event.get("total"))
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 10 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
