@@ -82,6 +82,35 @@ class _Problem:
                 covered[chunk.scatter] = True
             self.uncovered = torch.nonzero(~covered[:self.num_tokens]).flatten()
 
+    def gather_rows(self, x: Tensor, chunk: Chunk) -> Tensor:
+        """(T, H, D) -> (n, H, Lp, D) in the compute dtype: a transposed view of the
+        gathered (n, Lp, H, D) rows, the layout torch's fused CPU kernels read and write."""
+        rows = x.view(x.shape[0], -1).index_select(0, chunk.gather)  # 2-D: a row memcpy
+        if rows.dtype != self.dtype:
+            rows = rows.to(self.dtype)
+        if chunk.padding.numel():
+            rows.index_fill_(0, chunk.padding, 0)  # padding reads zeros, not token 0
+        return rows.view(-1, chunk.size, self.num_heads, x.shape[2]).transpose(1, 2)
+
+    def fused_mask(self, chunk: Chunk) -> tuple[Tensor | None, bool]:
+        """(additive float mask or None, is_causal) for torch's fused kernels.
+
+        Without targets, windows or contextual tokens, causal needs no mask (padding keys
+        follow every real query) and non-causal only a (n, 1, 1, Lp) key-padding mask.
+        """
+        if self.with_targets or not self.spec.plain_mask:
+            fill = self.masks(chunk).softmax_fill.unsqueeze(1)
+            mask = torch.zeros(fill.shape, dtype=self.dtype, device=fill.device)
+            return mask.masked_fill_(fill, float("-inf")), False
+        if self.causal:
+            return None, True
+        if bool((chunk.lengths == chunk.size).all()):
+            return None, False
+        pos = torch.arange(chunk.size, device=chunk.lengths.device).view(1, 1, 1, -1)
+        padding = pos >= chunk.lengths.view(-1, 1, 1, 1)
+        mask = torch.zeros(padding.shape, dtype=self.dtype, device=padding.device)
+        return mask.masked_fill_(padding, float("-inf")), False
+
     def gather(self, x: Tensor, chunk: Chunk, scale: float | None = None) -> Tensor:
         """(T, H, D) -> (H, n, Lp, D) in the compute dtype, times `scale` if given.
 
@@ -153,33 +182,38 @@ def _scatter(dest: Tensor, chunk: Chunk, values: Tensor) -> None:
     dest.index_copy_(0, chunk.scatter, rows)
 
 
-def _additive_mask(masks: _ChunkMasks) -> Tensor:
-    """(n, 1, Lp, Lp) 0 / -inf mask for torch's fused kernels, broadcast over heads."""
-    fill = masks.softmax_fill.unsqueeze(1)
-    return torch.zeros(fill.shape, dtype=torch.float32, device=fill.device).masked_fill_(
-        fill, float("-inf"))
+def _scatter_rows(dest: Tensor, chunk: Chunk, values: Tensor) -> None:
+    """values (n, H, Lp, D) laid out as (n, Lp, H, D) -> rows of dest (T+1, H, D)."""
+    rows = values.transpose(1, 2).reshape(chunk.scatter.shape[0], -1)  # a view, no copy
+    dest.view(dest.shape[0], -1).index_copy_(0, chunk.scatter, rows)
 
 
-def _fused_forward(q_c: Tensor, k_c: Tensor, v_c: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """(H, n, Lp, D) inputs, q already scaled -> out (H, n, Lp, Dv), lse (n, H, Lp)."""
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q_c.transpose(0, 1), k_c.transpose(0, 1), v_c.transpose(0, 1), 0.0, False,
-        attn_mask=mask, scale=1.0)
-    return out.transpose(0, 1), lse
+def _fused_forward(pb: "_Problem", chunk: Chunk, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                   lse: Tensor) -> None:
+    """One chunk through torch's fused CPU flash-attention forward, into out and lse."""
+    mask, is_causal = pb.fused_mask(chunk)
+    o_c, lse_c = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        pb.gather_rows(q, chunk), pb.gather_rows(k, chunk), pb.gather_rows(v, chunk), 0.0,
+        is_causal, attn_mask=mask, scale=pb.scale)
+    _scatter_rows(out, chunk, o_c)
+    lse.index_copy_(0, chunk.scatter, lse_c.transpose(1, 2).reshape(-1, pb.num_heads))
 
 
-def _fused_backward(pb: "_Problem", chunk: Chunk, q_c: Tensor, k_c: Tensor, v_c: Tensor,
-                    do_c: Tensor, out: Tensor, lse: Tensor, mask: Tensor) -> tuple[Tensor, ...]:
-    """(dq, dk, dv), each (H, n, Lp, D), from torch's fused CPU backward kernel."""
-    o_c = pb.gather(out, chunk)
+def _fused_backward(pb: "_Problem", chunk: Chunk, q: Tensor, k: Tensor, v: Tensor,
+                    grad_out: Tensor, out: Tensor, lse: Tensor,
+                    grads: tuple[Tensor, Tensor, Tensor]) -> None:
+    """One chunk through torch's fused CPU backward, into the (dq, dk, dv) buffers."""
+    mask, is_causal = pb.fused_mask(chunk)
     lse_rows = lse.index_select(0, chunk.gather)
     if chunk.padding.numel():
         lse_rows.index_fill_(0, chunk.padding, 0)
     lse_c = lse_rows.view(-1, chunk.size, pb.num_heads).transpose(1, 2)
-    dq_c, dk_c, dv_c = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        do_c.transpose(0, 1), q_c.transpose(0, 1), k_c.transpose(0, 1), v_c.transpose(0, 1),
-        o_c.transpose(0, 1), lse_c, 0.0, False, attn_mask=mask, scale=1.0)
-    return dq_c.mul_(pb.scale).transpose(0, 1), dk_c.transpose(0, 1), dv_c.transpose(0, 1)
+    chunk_grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        pb.gather_rows(grad_out, chunk), pb.gather_rows(q, chunk), pb.gather_rows(k, chunk),
+        pb.gather_rows(v, chunk), pb.gather_rows(out, chunk), lse_c, 0.0, is_causal,
+        attn_mask=mask, scale=pb.scale)
+    for dest, values in zip(grads, chunk_grads):
+        _scatter_rows(dest, chunk, values)
 
 
 def _finish(buffer: Tensor, num_tokens: int, dtype: torch.dtype) -> Tensor:
@@ -203,14 +237,12 @@ def bucketed_forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
     out = pb.new_output(v)
     lse = q.new_zeros((pb.num_tokens + 1, pb.num_heads) if fused else (0,), dtype=torch.float32)
     for chunk in pb.chunks:
+        if fused:
+            _fused_forward(pb, chunk, q, k, v, out, lse)
+            continue
         size = chunk.size
         q_c, k_c, v_c = pb.gather(q, chunk, pb.scale), pb.gather(k, chunk), pb.gather(v, chunk)
         masks = pb.masks(chunk)
-        if fused:
-            o_c, lse_c = _fused_forward(q_c, k_c, v_c, _additive_mask(masks))
-            _scatter(out, chunk, o_c)
-            lse.index_copy_(0, chunk.scatter, lse_c.transpose(1, 2).reshape(-1, pb.num_heads))
-            continue
         o_c = torch.empty_like(v_c)
         for heads in _head_groups(pb.num_heads, chunk):
             s = pb.scores(q_c[heads], k_c[heads], masks, heads)
@@ -238,15 +270,13 @@ def bucketed_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets
     dq, dk, dv = pb.new_output(q), pb.new_output(k), pb.new_output(v)
     dbias = None if pb.bias is None else torch.zeros_like(pb.bias)
     for chunk in pb.chunks:
+        if lse.numel() > 0:
+            _fused_backward(pb, chunk, q, k, v, grad_out, out, lse, (dq, dk, dv))
+            continue
         size = chunk.size
         q_c, k_c = pb.gather(q, chunk, pb.scale), pb.gather(k, chunk)
         v_c, do_c = pb.gather(v, chunk), pb.gather(grad_out, chunk)
         masks = pb.masks(chunk)
-        if lse.numel() > 0:
-            grads = _fused_backward(pb, chunk, q_c, k_c, v_c, do_c, out, lse, _additive_mask(masks))
-            for dest, values in zip((dq, dk, dv), grads):
-                _scatter(dest, chunk, values)
-            continue
         dq_c, dk_c, dv_c = torch.empty_like(q_c), torch.empty_like(k_c), torch.empty_like(v_c)
         for heads in _head_groups(pb.num_heads, chunk):
             bmm_shape = lambda x: x[heads].view(-1, size, x.shape[-1])  # noqa: E731
