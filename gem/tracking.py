@@ -3,6 +3,15 @@
 Local default: ``sqlite:///<root>/mlflow.db`` with artifacts under ``<root>/mlartifacts``
 (no server needed). ``MLFLOW_TRACKING_URI`` points everything at a real server.
 
+Two rules for every caller (training, knowledge, the pipeline):
+
+- ``redact(text)`` before a tracking URI is printed, raised or logged as a param:
+  ``https://user:secret@host/?token=abc`` -> ``https://***@host/?token=***``;
+- one retry policy, ``RETRY`` (tenacity): a tracking server that does not answer fails
+  with TrackingUnavailable naming the redacted URI within about ``RETRY.total_s``
+  seconds, and ``bound_http_retries()`` bounds MLflow's own HTTP retries likewise
+  (MLflow's defaults wait minutes: 266 s were seen for an unreachable URI).
+
 Every run carries the lineage tags below, so that from a registered student one can
 walk back to the teacher and to the data both were trained on.
 """
@@ -10,10 +19,13 @@ walk back to the teacher and to the data both were trained on.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-import time
+import re
 import urllib.error
+import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -33,26 +45,83 @@ class TrackingUnavailable(RuntimeError):
     """The configured MLflow server did not answer within the retry budget."""
 
 
+# -- redaction --------------------------------------------------------------------------
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_HIDDEN = "***"
+
+
+def _redact_url(url: str) -> str:
+    url = re.sub(r"^([^:]+://)[^/?#]*@", rf"\1{_HIDDEN}@", url)  # user:password@ in the authority
+    head, sep, query = url.partition("?")
+    if not sep:
+        return url
+    query, hash_, fragment = query.partition("#")
+    query = "&".join(f"{p.split('=', 1)[0]}={_HIDDEN}" if "=" in p else (_HIDDEN if p else p) for p in query.split("&"))
+    return f"{head}?{query}{hash_}{fragment}"
+
+
+def redact(text: object) -> str:
+    """``text`` with every URL's credentials (user:password@) and query values hidden;
+    the rest (scheme, host, port, path) kept so that the URI is still recognisable."""
+    return _URL.sub(lambda m: _redact_url(m.group(0)), str(text))
+
+
+# -- bounded retries --------------------------------------------------------------------
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 4
+    total_s: float = 20.0  # stop retrying after this long (a last attempt may start before)
+    backoff_s: float = 1.0  # first wait; doubles, at most max_wait_s
+    max_wait_s: float = 8.0
+    timeout_s: float = 5.0  # one request
+
+    def retrying(self, *retry_on: type[BaseException]):
+        import tenacity
+
+        return tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.attempts) | tenacity.stop_after_delay(self.total_s),
+            wait=tenacity.wait_exponential(multiplier=self.backoff_s, max=self.max_wait_s),
+            retry=tenacity.retry_if_exception_type(retry_on or (OSError,)), reraise=True)
+
+
+RETRY = RetryPolicy()
+
+
+def bound_http_retries(policy: RetryPolicy = RETRY) -> None:
+    """Bound MLflow's own HTTP client retries (unless set explicitly by the user)."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(max(0, policy.attempts - 2)))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", str(policy.backoff_s))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(int(policy.timeout_s)))
+
+
+def ensure_reachable(uri: str, policy: RetryPolicy = RETRY) -> None:
+    """For an http(s) tracking URI: bound MLflow's retries and wait (boundedly) for the
+    server; other stores (sqlite, file) need nothing."""
+    if uri.startswith(("http://", "https://")):
+        bound_http_retries(policy)
+        wait_for_server(uri, policy=policy)
+
+
 def default_tracking_uri(root: str | Path = "runs") -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
 
 
-def configure(root: str | Path = "runs", *, experiment: str = DEFAULT_EXPERIMENT, retries: int = 3,
-              backoff_s: float = 1.0, timeout_s: float = 5.0) -> str:
+def configure(root: str | Path = "runs", *, experiment: str = DEFAULT_EXPERIMENT, policy: RetryPolicy = RETRY,
+              retries: int | None = None, backoff_s: float | None = None, timeout_s: float | None = None) -> str:
     """Point MLflow at the tracking store and make sure it answers; returns the URI.
 
-    For an HTTP server, probes ``/health`` at most ``retries`` times with exponential
-    backoff and raises TrackingUnavailable with the URI and the last error, instead of
-    letting the first log call hang. MLflow's own HTTP retries are bounded likewise.
+    For an HTTP server, probes ``/health`` under ``policy`` and raises
+    TrackingUnavailable with the redacted URI and the last error, instead of letting the
+    first log call hang. MLflow's own HTTP retries are bounded likewise.
     """
     import mlflow
 
+    policy = dataclasses.replace(policy, **{k: v for k, v in (("attempts", retries), ("backoff_s", backoff_s),
+                                                             ("timeout_s", timeout_s)) if v is not None})
     uri = default_tracking_uri(root)
     if uri.startswith(("http://", "https://")):
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(retries))
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", str(backoff_s))
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(int(timeout_s)))
-        wait_for_server(uri, retries=retries, backoff_s=backoff_s, timeout_s=timeout_s)
+        ensure_reachable(uri, policy)
     else:
         Path(root).mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(uri)  # the registry follows the tracking URI
@@ -65,22 +134,38 @@ def configure(root: str | Path = "runs", *, experiment: str = DEFAULT_EXPERIMENT
     return uri
 
 
-def wait_for_server(uri: str, *, retries: int = 3, backoff_s: float = 1.0, timeout_s: float = 5.0) -> None:
-    last: Exception | None = None
-    for attempt in range(retries):
-        try:
-            with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s) as response:
-                if response.status == 200:
-                    return
-                last = RuntimeError(f"HTTP {response.status}")
-        except (urllib.error.URLError, OSError) as exc:
-            last = exc
-        if attempt + 1 < retries:
-            time.sleep(backoff_s * 2**attempt)
-    raise TrackingUnavailable(
-        f"MLflow tracking server {uri} unreachable after {retries} attempts ({last}); "
-        "unset MLFLOW_TRACKING_URI to use the local sqlite store"
-    )
+class _NotHealthy(OSError):
+    pass
+
+
+def wait_for_server(uri: str, *, policy: RetryPolicy = RETRY) -> None:
+    """Probe ``<uri>/health`` under ``policy``; TrackingUnavailable (redacted) if it never answers."""
+    parts = urllib.parse.urlsplit(uri)
+    netloc = parts.netloc.rsplit("@", 1)[-1]  # credentials go in a header, not the URL
+    health = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", ""))
+    request = urllib.request.Request(health)
+    if parts.username is not None:
+        import base64
+
+        token = base64.b64encode(f"{urllib.parse.unquote(parts.username)}:"
+                                 f"{urllib.parse.unquote(parts.password or '')}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    attempts = 0
+
+    def probe() -> None:
+        nonlocal attempts
+        attempts += 1
+        with urllib.request.urlopen(request, timeout=policy.timeout_s) as response:
+            if response.status != 200:
+                raise _NotHealthy(f"HTTP {response.status}")
+
+    try:
+        policy.retrying(OSError)(probe)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise TrackingUnavailable(
+            f"MLflow tracking server {redact(uri)} unreachable after {attempts} attempts "
+            f"({redact(exc)}); check MLFLOW_TRACKING_URI, or unset it to use the local sqlite store"
+        ) from None
 
 
 @contextlib.contextmanager

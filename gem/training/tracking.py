@@ -27,6 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from gem.tracking import ensure_reachable, redact
 from gem.utils.cache import cache_dir
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ def serve() -> None:
             try:
                 result = handlers[name](*args)
             except BaseException as exc:  # noqa: BLE001 - replied to the trainer
-                error = error or f"{name}: {exc!r}\n{traceback.format_exc(limit=4)}"
+                error = error or redact(f"{name}: {exc!r}\n{traceback.format_exc(limit=4)}")
         if wait:
             pickle.dump((result, error), replies)
             replies.flush()
@@ -238,6 +239,7 @@ class Tracker:
         self._run_id, self._opened = run_id, False
         if not enabled:
             return
+        ensure_reachable(uri)  # an unreachable server: TrackingUnavailable in ~20 s, URI redacted
         self._worker = _take_worker()
         self._worker.send("open", uri, experiment, run_name, run_id, system_metrics, dict(os.environ))
 
@@ -250,7 +252,7 @@ class Tracker:
 
     def log_params(self, params: dict[str, Any]) -> None:
         if self.enabled:
-            self._worker.send("log_params", {k: str(v)[:500] for k, v in params.items()})
+            self._worker.send("log_params", {k: redact(v)[:500] for k, v in params.items()})
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if self.enabled and metrics:
