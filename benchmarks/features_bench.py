@@ -187,7 +187,8 @@ def run_plain(data: Path, work: Path) -> dict:
     imps = imps.filter(pc.equal(imps.column("is_ad"), True))
     entity = pd.DataFrame({
         "user_id": imps.column("user_id").to_numpy(),
-        "event_timestamp": pd.to_datetime(imps.column("event_time").cast(pa.int64()).to_numpy() - 1, unit="us", utc=True),
+        "event_timestamp": pd.to_datetime(imps.column("event_time").cast(pa.int64()).to_numpy() - 1,
+                                          unit="us", utc=True),
     })
     retrieve_start = time.perf_counter()
     frame = store.get_historical_features(entity_df=entity, features=[

@@ -10,7 +10,6 @@ current directory.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import resource
@@ -18,6 +17,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from gem.utils.atomic import write_json
 
 
 def results_dir() -> Path:
@@ -81,9 +82,7 @@ def write_result(name: str, figures: dict[str, Any], sizes: dict[str, Any] | Non
     payload["sizes"] = sizes or {}
     payload["written_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     path = out_dir / f"{name}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    write_json(payload, path)
     return path
 
 
@@ -105,3 +104,45 @@ def timed() -> Iterator[dict[str, float]]:
         yield box
     finally:
         box["seconds"] = time.perf_counter() - start
+
+
+def bench_store() -> Path:
+    """The benchmarks' persistent MLflow store (``$GEM_BENCH_STORE``, else
+    `benchmarks/mlflow` under the current directory): every benchmark run stays there,
+    one experiment per benchmark, for `mlflow ui` comparison views."""
+    return Path(os.environ.get("GEM_BENCH_STORE") or Path.cwd() / "benchmarks" / "mlflow")
+
+
+def bench_tracking(experiment: str) -> str:
+    """Point MLflow at the benchmarks' store and experiment; returns the tracking URI."""
+    from gem import tracking
+
+    return tracking.configure(bench_store(), experiment=experiment)
+
+
+def _metrics(figures: dict, prefix: str = "") -> Iterator[tuple[str, float, int]]:
+    for key, value in figures.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, bool):
+            yield name, float(value), 0
+        elif isinstance(value, (int, float)) and value == value:
+            yield name, float(value), 0
+        elif isinstance(value, dict):
+            yield from _metrics(value, f"{name}/")
+        elif isinstance(value, list) and all(isinstance(v, (int, float)) for v in value):
+            for step, v in enumerate(value):  # per seed: one point each, the spread in the chart
+                yield name, float(v), step
+
+
+def log_comparison_run(experiment: str, run_name: str, figures: dict, params: dict) -> str:
+    """One run whose params say what was compared (dataset, model or arm, sizes) and
+    whose metrics are every numeric figure (nested keys joined with "/"), so MLflow's
+    comparison view puts the models or arms of a benchmark side by side."""
+    import mlflow
+
+    bench_tracking(experiment)
+    with mlflow.start_run(run_name=run_name) as run:
+        mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+        for name, value, step in _metrics(figures):
+            mlflow.log_metric(name, value, step=step)
+    return run.info.run_id

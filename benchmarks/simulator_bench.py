@@ -70,8 +70,9 @@ def main() -> None:
     cfg = load_config(SimulatorConfig, section="simulator", preset=args.preset, overrides=args.overrides)
     with tempfile.TemporaryDirectory() as tmp:
         main_run = run(cfg, Path(tmp))
-        single = run(load_config(SimulatorConfig, section="simulator", preset=args.preset,
-                                 overrides=[*args.overrides, "workers=1", f"users={max(cfg.users // 10, 1)}"]), Path(tmp))
+        one_worker = [*args.overrides, "workers=1", f"users={max(cfg.users // 10, 1)}"]
+        single = run(load_config(SimulatorConfig, section="simulator", preset=args.preset, overrides=one_worker),
+                     Path(tmp))
     figures = dict(main_run)
     figures["single_process_events_per_s"] = single["events_per_s"]
     figures["parallel_speedup_vs_single_process"] = main_run["events_per_s"] / single["events_per_s"]

@@ -28,7 +28,7 @@ import tempfile
 
 LOAD_BEFORE = os.getloadavg()[0]
 
-from benchmarks.results import print_table, write_result
+from benchmarks.results import print_table, write_result  # noqa: E402 (after the load reading)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.results import print_table, shared_data, write_result
+from benchmarks.results import bench_tracking, log_comparison_run, print_table, shared_data, write_result
 from gem.data.contract import SURFACES
 
 SHARED = shared_data()
@@ -243,9 +243,11 @@ def bench_dataset(name: str, root: Path, args, tracking_uri: str) -> tuple[dict,
             if model in ("gem", "dlrm_baseline"):
                 arch = "gem" if model == "gem" else "dlrm"
                 figures[model] = over_seeds(
-                    lambda seed: run_trainer(arch, train_dir, eval_dir, args, tracking_uri, seed), args.seeds)
+                    lambda seed, arch=arch: run_trainer(arch, train_dir, eval_dir, args, tracking_uri, seed),
+                    args.seeds)
             elif model in SEEDED:
-                figures[model] = over_seeds(lambda seed: run_reference(model, train, test, args, seed), args.seeds)
+                figures[model] = over_seeds(lambda seed, model=model: run_reference(model, train, test, args, seed),
+                                            args.seeds)
             else:
                 figures[model] = run_reference(model, train, test, args)
         except Exception as exc:  # noqa: BLE001 - one failing model must not lose the others
@@ -304,11 +306,15 @@ def main(argv: list[str] | None = None) -> dict:
                    "eval_frac": args.eval_frac, "task": "click (primary); conversion_* where reported",
                    "datasets": {}}
     started = time.perf_counter()
+    tracking_uri = bench_tracking("quality-bench")  # the trainers' runs, kept for comparison
     with tempfile.TemporaryDirectory(prefix="gem-quality-") as tmp:
         root = Path(tmp)
-        tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
         for name in [d for d in args.datasets.split(",") if d]:
             figures[name], sizes["datasets"][name] = bench_dataset(name, root, args, tracking_uri)
+            for model, result in figures[name].items():
+                if model in MODELS and isinstance(result, dict):
+                    log_comparison_run("quality", f"{name}/{model}", result,
+                                       {"dataset": name, "model": model, "seeds": args.seeds, "epochs": args.epochs})
     sizes["total_seconds"] = time.perf_counter() - started
     path = write_result("quality", figures, sizes=sizes, out_dir=args.results_dir)
     rows = []

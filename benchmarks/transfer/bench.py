@@ -33,7 +33,8 @@ def main() -> None:
 
     cfg = load_experiment_config(args.preset, args.overrides)
     shared = shared_data()
-    skipped = [d.name for d in cfg.datasets if d.source in REAL and not d.raw and not (shared / REAL[d.source]).exists()]
+    skipped = [d.name for d in cfg.datasets
+               if d.source in REAL and not d.raw and not (shared / REAL[d.source]).exists()]
     cfg.datasets = [d for d in cfg.datasets if d.name not in skipped]
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.results import shared_data
+from benchmarks.results import bench_tracking, shared_data
 from gem import registry
 from gem.config import flatten, from_dict
 from gem.data.contract import SURFACES, TASKS, Manifest, parse_utc
@@ -66,7 +66,7 @@ class ExperimentConfig:
     teacher_overrides: list[str] = field(default_factory=list)  # TrainConfig / model.* overrides
     max_seq_len: int = 32
     experiment: str = "gem-transfer"
-    tracking_uri: str = ""  # "" = sqlite:///<work>/mlflow.db
+    tracking_uri: str = ""  # "" = the benchmarks' store (benchmarks/results.py bench_store)
     register_seeds: list[int] = field(default_factory=lambda: [0])
     latency_requests: int = 200
     latency_candidates: int = 100
@@ -275,12 +275,13 @@ def run_dataset(ds: DatasetConfig, cfg: ExperimentConfig, work: Path, tracking_u
                                           parent_run_id=run.info.run_id):
                         mlflow.set_tags({"teacher_version": teacher.version, "surface": surface,
                                          "dataset": ds.name, "method": method})
-                        mlflow.log_metrics({k.replace("/", "."): v for k, v in res.metrics.items()}
+                        mlflow.log_metrics({k: v for k, v in res.metrics.items()}
                                            | {"flops_per_example": res.flops_per_example,
                                               "flops_ratio": res.flops_per_example / teacher_flops,
                                               "train_examples": res.train_examples})
                         if seed in cfg.register_seeds:
-                            log_student(res, registry.student_model(res.surface, dataset=ds.name, method=method), teacher.version,
+                            name = registry.student_model(res.surface, dataset=ds.name, method=method)
+                            log_student(res, name, teacher.version,
                                         {"dataset": ds.name, "method": method,
                                          "data_window": "/".join(windows(ds, data_dir)["student"])})
     tick("students")
@@ -303,11 +304,14 @@ def run_experiment(cfg: ExperimentConfig, work: str | Path, *, latency: bool = T
     torch.set_num_threads(cfg.threads)
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    tracking_uri = cfg.tracking_uri or f"sqlite:///{work / 'mlflow.db'}"
-    mlflow.set_tracking_uri(tracking_uri)
-    if mlflow.get_experiment_by_name(cfg.experiment) is None:
-        mlflow.create_experiment(cfg.experiment, artifact_location=(work / "mlartifacts").as_uri())
-    mlflow.set_experiment(cfg.experiment)
+    if cfg.tracking_uri:
+        mlflow.set_tracking_uri(cfg.tracking_uri)
+        if mlflow.get_experiment_by_name(cfg.experiment) is None:
+            mlflow.create_experiment(cfg.experiment, artifact_location=(work / "mlartifacts").as_uri())
+        mlflow.set_experiment(cfg.experiment)
+        tracking_uri = cfg.tracking_uri
+    else:  # the benchmarks' persistent store: arms of every run side by side in the UI
+        tracking_uri = bench_tracking(cfg.experiment)
     started = time.perf_counter()
     results = {}
     # The parent run stays RUNNING but not active in this process while the datasets run:

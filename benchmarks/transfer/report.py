@@ -31,7 +31,8 @@ def comparison_table(summary: dict, results: dict) -> str:
                   f"{teacher.get('auc/all/click', float('nan')):.4f}, mean over surfaces "
                   f"{teacher_surface_mean(teacher):.4f}; NE(click) mean over surfaces "
                   f"{teacher_surface_mean(teacher, 'ne'):.4f}", "",
-                  "| method | AUC click (mean over surfaces) | AUC lift click | NE lift click | AUC lift conv | NE lift conv |",
+                  "| method | AUC click (mean over surfaces) | AUC lift click | NE lift click | AUC lift conv "
+                  "| NE lift conv |",
                   "|---|---|---|---|---|---|"]
         for method, entry in methods.items():
             absolute = entry.get("auc_lift_click", {}).get("absolute_mean", float("nan"))
@@ -55,7 +56,8 @@ def lift_figure(summary: dict):
         methods = sorted({m for ds in datasets for m in summary[ds] if m != BASELINE})
         width = 0.8 / max(len(methods), 1)
         for i, method in enumerate(methods):
-            means = [summary[ds].get(method, {}).get(f"{kind}_lift_click", {}).get("mean", float("nan")) for ds in datasets]
+            means = [summary[ds].get(method, {}).get(f"{kind}_lift_click", {}).get("mean", float("nan"))
+                     for ds in datasets]
             stds = [summary[ds].get(method, {}).get(f"{kind}_lift_click", {}).get("std", 0.0) for ds in datasets]
             ax.bar([j + i * width for j in range(len(datasets))], means, width, yerr=stds, label=method)
         ax.axhline(0, color="grey", lw=0.8)
@@ -90,7 +92,8 @@ def write_results(summary: dict, results: dict, latency: dict, cfg: ExperimentCo
         "student_p99_ms": latency.get("end_to_end", {}).get("p99_ms", float("nan")),
         "student_p50_ms": latency.get("end_to_end", {}).get("p50_ms", float("nan")),
         "student_score_only_p99_ms": latency.get("score_only", {}).get("p99_ms", float("nan")),
-        "student_p99_ms_online_items": latency.get("online_items", {}).get("end_to_end", {}).get("p99_ms", float("nan")),
+        "student_p99_ms_online_items": latency.get("online_items", {}).get("end_to_end", {}).get("p99_ms",
+                                                                                                  float("nan")),
         "feast_sdk_fetch_p99_ms": latency.get("feast_sdk_fetch", {}).get("p99_ms", float("nan")),
         "student_flops_ratio": max(ratios) if ratios else float("nan"),
         "student_flops_ratio_by_method": {ds: res["flops_ratio"] for ds, res in results.items()},

@@ -49,3 +49,12 @@ def code_version() -> str:
         for path in sorted((top / pkg).rglob("*.py")):
             h.update(path.relative_to(top).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
+
+
+LINEAGE_CHARS = 32  # MLflow keeps at most 36 characters of a dataset digest
+
+
+def lineage_digest(digest: str) -> str:
+    """The spelling of a content digest in lineage: MLflow dataset inputs and the
+    ``gem.data_digest`` tags carry the same string."""
+    return digest[:LINEAGE_CHARS]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from gem.data.contract import DAY_PARTITION, EVENTS_DIR
+from gem.utils.atomic import write_json
 from gem_app.locks import Busy, exclusive
 
 log = logging.getLogger(__name__)
@@ -76,10 +76,7 @@ def read_state(state_dir: Path) -> dict:
 
 
 def _write_state(state_dir: Path, state: dict) -> None:
-    path = state_dir / "state.json"
-    tmp = path.with_name(f".state.json.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_json(state, state_dir / "state.json")
 
 
 def plan_cycles(cfg: RefreshConfig, state: dict) -> list[list[dt.date]]:

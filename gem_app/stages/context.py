@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from gem import registry, tracking
-from gem.data.io import write_json_atomic
+from gem.utils.atomic import write_json
 from gem.utils.digest import code_version, value_digest
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,24 @@ def record_path(out: str | Path, stage: str) -> Path:
     return out.parent / ".stages" / f"{out.name}.{stage}.json"
 
 
+def log_model_input(model_uri: str, run_id: str | None = None) -> None:
+    """A registered model (``models:/<name>/<version>``) as an MLflow 3 model input of the
+    active run: the teacher -> student link the UI follows."""
+    import mlflow
+    from mlflow.entities import LoggedModelInput
+
+    if not model_uri.startswith("models:/"):
+        return
+    client, rest = mlflow.MlflowClient(), model_uri[len("models:/"):]
+    if "@" in rest:
+        mv = client.get_model_version_by_alias(*rest.split("@", 1))
+    else:
+        mv = client.get_model_version(*rest.split("/", 1))
+    model_id = mv.model_id
+    if model_id:
+        client.log_inputs(run_id or mlflow.active_run().info.run_id, models=[LoggedModelInput(model_id)])
+
+
 class Reuse:
     """A finished stage's result, recorded at ``path`` under a content key.
 
@@ -128,5 +146,5 @@ class Reuse:
         return record["result"]
 
     def put(self, result: dict) -> dict:
-        write_json_atomic({"digest": self.digest, "key": self.key, "result": result}, self.path)
+        write_json({"digest": self.digest, "key": self.key, "result": result}, self.path)
         return result

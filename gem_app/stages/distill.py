@@ -14,8 +14,8 @@ from pathlib import Path
 
 from gem import registry, tracking
 from gem.utils.progress import figure
-from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
-from gem_app.stages.features import features_lineage
+from gem_app.stages.context import Reuse, RunContext, StageResult, log_model_input, tracked
+from gem_app.stages.features import features_lineage, log_features_input
 
 GATE_TASK = "click"  # the gate compares click AUC and NE on the holdout
 KNOWLEDGE_VIEWS = "teacher_predictions,teacher_user_embedding,teacher_item_embedding"
@@ -95,6 +95,9 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
                                                   tracking.TAG_TEACHER_VERSION: teacher_version,
                                                   tracking.TAG_FEATURE_VIEWS: KNOWLEDGE_VIEWS}):
         mlflow.log_params({k: str(v)[:500] for k, v in flatten(cfg).items()})
+        log_features_input(train_features, "training")
+        log_features_input(eval_features, "evaluation")
+        log_model_input(teacher_version)
         baseline = run_distill(train, holdout, spec, replace(cfg, transfer=TransferConfig())).students[surface]
         student = run_distill(train, holdout, spec, cfg, teacher_model=teacher.model if teacher else None
                               ).students[surface]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gem import tracking
 from gem.protocol import window_tag
-from gem.utils.digest import tree_digest, value_digest
+from gem.utils.digest import lineage_digest, tree_digest, value_digest
 from gem.utils.progress import figure
 from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
 
@@ -113,7 +113,7 @@ def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_f
     window = window_tag(plan.window_start, plan.window_end)
     with tracked(ctx, f"features-{name}", tags={tracking.TAG_DATA_WINDOW: window}):
         manifest = finalize_build(plan, cfg)
-        mlflow.set_tag(tracking.TAG_DATA_DIGEST, manifest["digest"])
+        mlflow.set_tag(tracking.TAG_DATA_DIGEST, lineage_digest(manifest["digest"]))
         mlflow.log_metrics({"features/examples": manifest["counts"]["examples"],
                             "features/bytes_per_example": manifest["bytes"]["per_example"]})
     result = FeaturesResult(features=out, examples=manifest["counts"]["examples"], digest=manifest["digest"],
@@ -151,7 +151,23 @@ def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext) -> Fe
 
 
 def features_lineage(features: str) -> tuple[str, str]:
-    """(window tag, content digest) of a finished features build."""
+    """(window tag, lineage digest) of a finished features build."""
     manifest = json.loads((Path(features) / "manifest.json").read_text())
     window = manifest.get("window", {})
-    return window_tag(window.get("start"), window.get("end")), manifest.get("digest", "")
+    return window_tag(window.get("start"), window.get("end")), lineage_digest(manifest.get("digest", ""))
+
+
+def log_features_input(features: str, context: str, run_id: str | None = None) -> None:
+    """The features window as an MLflow dataset input of a run (default: the active one):
+    its digest is the ``gem.data_digest`` tag's, its source the folder."""
+    import mlflow
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
+
+    window, digest = features_lineage(features)
+    source = resolve_dataset_source(str(Path(features).resolve()))
+    dataset = MetaDataset(source, name=f"features/{Path(features).name}", digest=digest)
+    tags = {"mlflow.data.context": context, tracking.TAG_DATA_WINDOW: window}
+    entity = DatasetInput(dataset._to_mlflow_entity(), [InputTag(k, v) for k, v in tags.items()])
+    mlflow.MlflowClient().log_inputs(run_id or mlflow.active_run().info.run_id, datasets=[entity])

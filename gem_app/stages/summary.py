@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gem.data.io import write_json_atomic
+from gem.utils.atomic import write_json, write_text
 from gem_app.stages.context import RunContext, StageResult, finish_pipeline
 
 COLUMNS = ("surface", "teacher AUC", "teacher NE", "student AUC", "student NE", "no-teacher AUC", "lift AUC",
@@ -56,8 +56,8 @@ def summary(teacher: dict, surfaces: list[dict], workspace: str, ctx: RunContext
     rows = [_row(teacher, r) for r in sorted(surfaces, key=lambda r: r["surface"])]
     markdown = markdown_table(ctx.pipeline_run_id, teacher.get("model_uri", ""), rows)
     payload = {"pipeline_run_id": ctx.pipeline_run_id, "teacher": teacher, "surfaces": rows}
-    write_json_atomic(payload, Path(workspace) / "summary.json")
-    (Path(workspace) / "summary.md").write_text(markdown)
+    write_json(payload, Path(workspace) / "summary.json")
+    write_text(markdown, Path(workspace) / "summary.md")
     ctx.configure()
     client = mlflow.MlflowClient()
     client.log_text(ctx.parent_run_id, markdown, "summary.md")

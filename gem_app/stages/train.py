@@ -16,7 +16,7 @@ from pathlib import Path
 from gem import registry, tracking
 from gem.utils.progress import figure
 from gem_app.stages.context import Reuse, RunContext, StageResult, record_path
-from gem_app.stages.features import features_lineage
+from gem_app.stages.features import features_lineage, log_features_input
 
 
 @dataclass(kw_only=True)
@@ -44,6 +44,16 @@ def _run_id(out_dir: Path, key: dict, ctx: RunContext, window: str, digest: str,
         **({"gem.init_from": init_from} if init_from else {})}).info.run_id
     started.put({"run_id": run_id})
     return run_id
+
+
+def _log_inputs(run_id: str, features: str, eval_features: str, init_from: str) -> None:
+    from gem_app.stages.context import log_model_input
+
+    log_features_input(features, "training", run_id)
+    if eval_features:
+        log_features_input(eval_features, "evaluation", run_id)
+    if init_from:
+        log_model_input(init_from, run_id)
 
 
 def _launch(how, features: str, eval_features: str, out: str, preset: str, overrides: list[str], init_from: str,
@@ -111,6 +121,7 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
     if done := reuse.get():
         return TrainResult(**done)
     run_id = _run_id(out_dir, key, ctx, window, digest, init_from)
+    _log_inputs(run_id, features, eval_features, init_from)
     metrics, steps = _launch(Launcher.parse(launcher), features, eval_features, out, preset, all_overrides,
                              init_from, run_id)
     version = _registered_version(registry.TEACHER_MODEL, run_id) or mlflow.register_model(
