@@ -14,8 +14,11 @@ model version here, and as metrics and ``gate_decision.json`` on the gate's MLfl
 
 from __future__ import annotations
 
+import contextlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Iterator
 
 from gem.registry import CHALLENGER, CHAMPION, champion_version
 
@@ -44,6 +47,7 @@ class GateDecision:
     champion_version: str | None
     promote: bool
     surfaces: list[SurfaceVerdict] = field(default_factory=list)
+    stale: str = ""  # why a win was not applied (the champion moved after the gate)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -89,18 +93,47 @@ def decide(model_name: str, challenger_version: str, challenger_metrics: dict[st
     return GateDecision(model_name, str(challenger_version), current, promote, verdicts)
 
 
+@contextlib.contextmanager
+def _registry_lock(name: str) -> Iterator[None]:
+    """Serialise promotions of one model: a file lock beside a sqlite store (every local
+    process shares it); a server store has no shared folder, so there the re-read just
+    before the alias moves is the only guard."""
+    import mlflow
+
+    uri = mlflow.get_tracking_uri()
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    from filelock import FileLock
+
+    with FileLock(Path(uri[len("sqlite:///"):]).parent / f".promote-{name}.lock", timeout=600):
+        yield
+
+
 def apply_decision(decision: GateDecision) -> GateDecision:
-    """Record the decision on the model version (and the active run), and move the
-    ``champion`` alias only when the challenger won; a loser gets ``challenger``."""
+    """Record the decision on the model version and move the ``champion`` alias only when
+    the challenger won; a loser gets ``challenger``.
+
+    Compare-and-set: under the model's lock the champion is read again, and a win against
+    a champion that has moved since the gate (another run promoted meanwhile) is not
+    applied: that challenger was never compared with the new champion."""
     from mlflow import MlflowClient
 
     client = MlflowClient()
     name, version = decision.model_name, decision.challenger_version
-    client.set_model_version_tag(name, version, "gate.decision", "promoted" if decision.promote else "rejected")
-    client.set_model_version_tag(name, version, "gate.against", decision.champion_version or "none")
-    for verdict in decision.surfaces:
-        client.set_model_version_tag(name, version, f"gate.{verdict.surface}", verdict.reason[:5000])
-    client.set_registered_model_alias(name, CHAMPION if decision.promote else CHALLENGER, version)
+    with _registry_lock(name):
+        current = champion_version(name)
+        if decision.promote and current != decision.champion_version:
+            decision = replace(decision, promote=False, stale=(
+                f"champion moved from {decision.champion_version or 'none'} to v{current} after the gate; "
+                "not promoted (gate again against the new champion)"))
+        client.set_model_version_tag(name, version, "gate.decision", "promoted" if decision.promote else "rejected")
+        client.set_model_version_tag(name, version, "gate.against", decision.champion_version or "none")
+        if decision.stale:
+            client.set_model_version_tag(name, version, "gate.stale", decision.stale)
+        for verdict in decision.surfaces:
+            client.set_model_version_tag(name, version, f"gate.{verdict.surface}", verdict.reason[:5000])
+        client.set_registered_model_alias(name, CHAMPION if decision.promote else CHALLENGER, version)
     return decision
 
 
@@ -114,7 +147,7 @@ def decision_from_dict(raw: dict) -> GateDecision:
     surfaces = [SurfaceVerdict(v["surface"], v["challenger"], v.get("champion") or None, v["wins"], v["reason"])
                 for v in raw.get("surfaces", [])]
     return GateDecision(raw["model_name"], str(raw["challenger_version"]), raw.get("champion_version") or None,
-                        bool(raw["promote"]), surfaces)
+                        bool(raw["promote"]), surfaces, raw.get("stale") or "")
 
 
 def decision_json(decision: GateDecision) -> str:

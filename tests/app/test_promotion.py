@@ -90,3 +90,25 @@ def test_equal_or_better_challenger_is_promoted_and_thresholds_apply():
     assert compare(mixed, ref, GateConfig(require_all_surfaces=False))[0]
     with pytest.raises(ValueError, match="no evaluated surface"):
         compare({}, None, GateConfig())
+
+
+def test_promotion_is_compare_and_set(registry):
+    """Two challengers gated against the same champion: the first win moves the alias, the
+    second (never compared with the new champion) is not applied."""
+    from gem_app.promotion import apply_decision, decide
+
+    x, y, _ = _holdout(0)
+    hx, hy, hs = _holdout(1)
+    name, cfg = "student_cas", GateConfig(min_auc=0.6)
+    v1 = _register(name, x, y, flip=False, features=[0])
+    gate_and_promote(name, v1, _evaluate(f"models:/{name}/{v1}", hx, hy, hs), None, cfg)
+    a, b = (_register(name, x, y, flip=False, features=[0, 1]) for _ in range(2))
+    champion = _evaluate(f"models:/{name}@{CHAMPION}", hx, hy, hs)
+    better = {s: {"auc": m["auc"] + 0.01, "ne": m["ne"] - 0.01} for s, m in champion.items()}
+    first, second = decide(name, a, better, champion, cfg), decide(name, b, better, champion, cfg)
+    assert first.promote and second.promote and first.champion_version == second.champion_version == v1
+    assert apply_decision(first).promote
+    applied = apply_decision(second)
+    assert not applied.promote and "champion moved" in applied.stale
+    assert str(registry.get_model_version_by_alias(name, CHAMPION).version) == a
+    assert registry.get_model_version(name, b).tags["gate.decision"] == "rejected"
