@@ -39,6 +39,8 @@ TAG_TEACHER_VERSION = "gem.teacher_version"
 TAG_SURFACE = "gem.surface"
 
 DEFAULT_EXPERIMENT = "gem"
+# the UI opens an experiment of this kind on its training runs (not the GenAI pages)
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 
 class TrackingUnavailable(RuntimeError):
@@ -125,13 +127,28 @@ def configure(root: str | Path = "runs", *, experiment: str = DEFAULT_EXPERIMENT
     else:
         Path(root).mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(uri)  # the registry follows the tracking URI
-    if mlflow.get_experiment_by_name(experiment) is None:
-        artifact_location = None
-        if uri.startswith("sqlite:"):
-            artifact_location = (Path(root).resolve() / "mlartifacts" / experiment).as_uri()
-        mlflow.create_experiment(experiment, artifact_location=artifact_location)
+    with _store_lock(uri):  # concurrent first users of one sqlite store: one creates it
+        if mlflow.get_experiment_by_name(experiment) is None:
+            artifact_location = None
+            if uri.startswith("sqlite:///"):  # beside the store, whichever workspace opened it first
+                artifact_location = (Path(uri[len("sqlite:///"):]).parent / "mlartifacts" / experiment).as_uri()
+            mlflow.create_experiment(experiment, artifact_location=artifact_location,
+                                     tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     mlflow.set_experiment(experiment)
     return uri
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str) -> Iterator[None]:
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    from filelock import FileLock
+
+    db = Path(uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(db.parent / f".{db.name}.lock", timeout=300):
+        yield
 
 
 class _NotHealthy(OSError):

@@ -129,22 +129,22 @@ def read_report(path: str | Path) -> dict:
 def report_metrics(report: dict) -> dict[str, float]:
     """Flat numeric metrics (MLflow keys) from a report."""
     metrics = {
-        "features.examples": report["examples"],
-        "features.seq_len_mean": report["sequence_length"]["mean"],
-        "features.seq_len_p90_at_most": report["sequence_length"]["p90_at_most"],
-        "features.truncation_rate": report["truncation_rate"],
-        "features.sequence_item_unknown_share": report["sequence_item_unknown_share"],
+        "features/examples": report["examples"],
+        "features/seq_len_mean": report["sequence_length"]["mean"],
+        "features/seq_len_p90_at_most": report["sequence_length"]["p90_at_most"],
+        "features/truncation_rate": report["truncation_rate"],
+        "features/sequence_item_unknown_share": report["sequence_item_unknown_share"],
     }
-    metrics.update({f"features.unknown_share.{k}": v for k, v in report["unknown_share"].items()})
+    metrics.update({f"features/unknown_share/{k}": v for k, v in report["unknown_share"].items()})
     for surface, rates in report["label_rates"].items():
-        metrics[f"features.click_rate.{surface}"] = rates["click_rate"]
-        metrics[f"features.conversion_rate.{surface}"] = rates["conversion_rate"]
+        metrics[f"features/click_rate/{surface}"] = rates["click_rate"]
+        metrics[f"features/conversion_rate/{surface}"] = rates["conversion_rate"]
     drift_ = report.get("drift") or {}
     for key in ("psi_sequence_length", "psi_surface_mix"):
         if drift_.get(key) is not None:
-            metrics[f"features.{key}"] = drift_[key]
+            metrics[f"features/{key}"] = drift_[key]
     for surface, values in (drift_.get("by_surface") or {}).items():
-        metrics.update({f"features.{k}.{surface}": v for k, v in values.items()})
+        metrics.update({f"features/{k}/{surface}": v for k, v in values.items()})
     return {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
 
 

@@ -256,7 +256,7 @@ class Tracker:
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if self.enabled and metrics:
-            self._worker.send("log_metrics", {k.replace("/", "."): float(v) for k, v in metrics.items()}, step)
+            self._worker.send("log_metrics", {k: float(v) for k, v in metrics.items()}, step)
 
     def log_input(self, features: str, spec: dict, num_examples: int, context: str = "training") -> None:
         if not self.enabled:

@@ -36,4 +36,6 @@ def test_local_default_is_sqlite_without_server(tmp_path, monkeypatch):
     child = next(r for r in runs if r.info.run_id != parent.info.run_id)
     assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert child.data.tags[tracking.TAG_STAGE] == "validate" and child.data.metrics["rows"] == 10
+    kind = mlflow.get_experiment_by_name("local").tags[tracking.EXPERIMENT_KIND_TAG]
+    assert kind == "custom_model_development"  # the UI opens on the training runs, not GenAI pages
     mlflow.set_tracking_uri("")

@@ -159,9 +159,9 @@ def test_report_is_logged_to_an_active_mlflow_run(conv_dataset, conv_features, t
         with mlflow.start_run(experiment_id=experiment) as run:
             assert log_to_mlflow(read_report(conv_features))
         logged = mlflow.get_run(run.info.run_id)
-        assert logged.data.metrics["features.truncation_rate"] == pytest.approx(
+        assert logged.data.metrics["features/truncation_rate"] == pytest.approx(
             read_report(conv_features)["truncation_rate"])
-        assert "features.click_rate.feed" in logged.data.metrics
+        assert "features/click_rate/feed" in logged.data.metrics
         artifacts = [a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "features")]
         assert artifacts == ["features/report.json"]
     finally:

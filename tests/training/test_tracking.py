@@ -17,16 +17,16 @@ def test_mlflow_run_contents(single_run):
     assert params["train.batch_size"] == "64" and params["model.embedding_dim"] == "16"
     assert int(params["size.total_params"]) > 0 and "data.training.digest" in params
     metrics = run.data.metrics
-    for key in ("train.loss", "perf.mfu", "perf.examples_per_s", "perf.startup_seconds",
-                "perf.effective_training_time", "eval.auc.all.click", "eval.ne.all.conversion",
-                "eval.calibration.feed.click", "train_epoch.auc.all.click"):
+    for key in ("train/loss", "perf/mfu", "perf/examples_per_s", "perf/startup_seconds",
+                "perf/effective_training_time", "eval/auc/all/click", "eval/ne/all/conversion",
+                "eval/calibration/feed/click", "train_epoch/auc/all/click"):
         assert key in metrics and math.isfinite(metrics[key]), key
-    assert 0 < metrics["perf.mfu"] < 1 and 0 < metrics["perf.effective_training_time"] <= 1
-    history = client.get_metric_history(result.run_id, "train.loss")
+    assert 0 < metrics["perf/mfu"] < 1 and 0 < metrics["perf/effective_training_time"] <= 1
+    history = client.get_metric_history(result.run_id, "train/loss")
     assert [m.step for m in history] == [5]  # log_every=5 with 8 steps
     # the tiny preset's cosine decay over the run's 8 steps: 0.31 of dense_lr after 5
     decayed = 0.5 * (1 + math.cos(math.pi * 5 / 8)) * float(params["train.optim.dense_lr"])
-    assert math.isclose(metrics["train.lr"], decayed, rel_tol=1e-5)
+    assert math.isclose(metrics["train/lr"], decayed, rel_tol=1e-5)
     assert run.inputs.dataset_inputs and run.inputs.dataset_inputs[0].dataset.digest == params["data.training.digest"]
     artifacts = {a.path for a in client.list_artifacts(result.run_id, "plots")}
     assert {"plots/calibration.png", "plots/auc_per_surface.png"} <= artifacts
