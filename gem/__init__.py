@@ -4,3 +4,7 @@
 The application that drives it is gem_app; `python -m gem` is its entry point."""
 
 __version__ = "0.1.0"
+
+from gem.utils.quiet import quiet_third_party  # noqa: E402
+
+quiet_third_party()
