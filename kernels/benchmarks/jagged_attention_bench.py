@@ -1,6 +1,6 @@
 """CPU benchmark: jagged attention (bucketed backend) vs padded SDPA, fbgemm and nested SDPA.
 
-    python -m kernels.benchmarks.jagged_attention_bench                      # ~2 min, 2 cores
+    python -m kernels.benchmarks.jagged_attention_bench                      # ~2-3 min, 2 quiet cores
     python -m kernels.benchmarks.jagged_attention_bench --threads 1,2 --batch default,long
     python -m kernels.benchmarks.jagged_attention_bench --quick              # seconds, no file
 
