@@ -243,7 +243,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             dmp, cfg.optim.dense_lr, cfg.optim.weight_decay, cfg.optim.betas, cfg.optim.warmup_steps,
             decay=cfg.optim.lr_decay, total_steps=total_steps(cfg, loader), min_lr_ratio=cfg.optim.min_lr_ratio)
 
-        progress: dict[str, Any] = {"step": 0, "epoch": 0, "resumed_epoch": -1}
+        progress: dict[str, Any] = {"step": 0, "epoch": 0, "resumed_epoch": -1, "finished": False}
         if saved is not None:
             dmp.load_state_dict(copy_into(dmp.state_dict(), saved["model"], "model"))
             fused = dmp.fused_optimizer.state_dict()
@@ -253,9 +253,13 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                 scheduler.load_state_dict(saved["scheduler"])
             loader.load_state_dict(saved["loader"])
             set_rng_state(saved["rng"])
-            progress.update(step=saved["progress"]["step"], epoch=saved["progress"]["epoch"])
+            progress.update(step=saved["progress"]["step"], epoch=saved["progress"]["epoch"],
+                            finished=bool(saved["progress"].get("finished", False)))
             progress["resumed_epoch"] = progress["epoch"]
-            log.info("resumed from step %d (epoch %d)", progress["step"], progress["epoch"])
+            if not progress["finished"] and _epoch_consumed(loader):  # saved at an epoch's last batch
+                progress["epoch"], progress["resumed_epoch"] = progress["epoch"] + 1, -1
+            log.info("resumed from step %d (epoch %d)%s", progress["step"], progress["epoch"],
+                     ": the run had finished, no step left" if progress["finished"] else "")
 
         if saved is None:
             tracker.log_params({**flatten(cfg, "train."), **flatten(model_cfg, "model."),
@@ -278,9 +282,11 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         last_saved = step
         train_metrics: dict[str, float] = {}
         eval_metrics: dict[str, float] = {}
-        done = False
+        done = bool(progress["finished"]) or bool(cfg.max_steps and step >= cfg.max_steps)
+        running = None
+        evaluator = None
         dmp.train()
-        for epoch in range(progress["epoch"], cfg.epochs):
+        for epoch in range(progress["epoch"], cfg.epochs if not done else progress["epoch"]):
             if epoch != progress["resumed_epoch"]:
                 loader.set_epoch(epoch)
             progress["epoch"] = epoch
@@ -300,7 +306,9 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                                          "train/lr": dense_opt.param_groups[0]["lr"], **meter.window()}, step)
                     log.info("step %d epoch %d loss %.4f", step, epoch, loss)
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    _save(ckpt, dmp, dense_opt, scheduler, loader, step, epoch, tracker.run_id)
+                    last = bool(cfg.max_steps and step >= cfg.max_steps) or (
+                        epoch == cfg.epochs - 1 and _epoch_consumed(loader))
+                    _save(ckpt, dmp, dense_opt, scheduler, loader, step, epoch, tracker.run_id, finished=last)
                     last_saved = step
                 if cfg.max_steps and step >= cfg.max_steps:
                     done = True
@@ -314,8 +322,12 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                 tracker.log_metrics(eval_metrics, step)
             if done:
                 break
-        if step != last_saved:
-            _save(ckpt, dmp, dense_opt, scheduler, loader, step, progress["epoch"], tracker.run_id)
+        if step != last_saved:  # the loader may have rewound at its epoch's end: "finished" says it all
+            _save(ckpt, dmp, dense_opt, scheduler, loader, step, progress["epoch"], tracker.run_id, finished=True)
+        if running is None and eval_features:  # resumed a finished run: the same weights, evaluated again
+            evaluator = evaluate(dmp, make_loader(eval_features, cfg, train=False), env, spec,
+                                 precision=cfg.precision, max_batches=cfg.eval_batches)
+            eval_metrics = {f"eval/{k}": v for k, v in evaluator.compute().items()}
         if cfg.measure_peak and peak is None:
             meter.peak = measure_peak_flops(env.device, peak_dtype)
         perf = {**meter.summary(), **phases}
@@ -324,7 +336,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         if env.is_main:
             exported = export_model(full_state, model_cfg, spec, out)
             _log_outputs(tracker, cfg, exported, spec, eval_metrics or train_metrics,
-                         evaluator if eval_features else running.flush())
+                         evaluator if eval_features else (running.flush() if running is not None else None))
         tracker.end()
     except BaseException:
         tracker.end("FAILED")
@@ -335,8 +347,13 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     return RunResult(out, step, eval_metrics, train_metrics, perf, tracker.run_id)
 
 
+def _epoch_consumed(loader) -> bool:
+    """The loader has yielded every batch of its current epoch."""
+    return int(loader.state_dict()["position"]) >= len(loader)
+
+
 def _save(ckpt: Checkpointer, dmp, dense_opt, scheduler, loader, step: int, epoch: int,
-          run_id: str | None) -> None:
+          run_id: str | None, *, finished: bool = False) -> None:
     ckpt.save(step, {
         "model": dmp.state_dict(),
         "fused_optimizer": dmp.fused_optimizer.state_dict(),
@@ -344,7 +361,8 @@ def _save(ckpt: Checkpointer, dmp, dense_opt, scheduler, loader, step: int, epoc
         "scheduler": scheduler.state_dict() if scheduler is not None else {},
         "loader": loader.state_dict(),
         "rng": rng_state(),
-        "progress": {"step": step, "epoch": epoch, "run_id": run_id or ""},
+        # finished: no step is left (resuming then does none, whatever the loader's position)
+        "progress": {"step": step, "epoch": epoch, "run_id": run_id or "", "finished": finished},
     })
 
 
@@ -355,8 +373,10 @@ def _log_outputs(tracker: Tracker, cfg: TrainConfig, model: nn.Module, spec: Fea
     from gem.training.plots import calibration_figure, surface_auc_figure
 
     plain = {k.split("/", 1)[1]: v for k, v in metrics.items()}
-    tracker.log_figure(calibration_figure(source.calibration_curve()), "plots/calibration.png")
-    tracker.log_figure(surface_auc_figure(plain, spec.surfaces, spec.tasks), "plots/auc_per_surface.png")
+    if source is not None:  # None: a finished run resumed without evaluation data
+        tracker.log_figure(calibration_figure(source.calibration_curve()), "plots/calibration.png")
+    if plain:
+        tracker.log_figure(surface_auc_figure(plain, spec.surfaces, spec.tasks), "plots/auc_per_surface.png")
     tracker.log_dict(metrics, "metrics/final.json")
     if cfg.log_model:
         tracker.log_model(model, str(Path(__file__).resolve().parents[1]))

@@ -1,0 +1,75 @@
+"""Defect 2: resume is exact at any point, including after the last step: a finished run
+resumed does no step and keeps its weights; a run killed after any checkpoint (an
+epoch's last batch, the final one, before export) resumed ends with the weights of the
+uninterrupted run. Runs on a features build (the FeatureLoader rewinds at an epoch's
+end, which made a finished run train one more epoch) over two epochs."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from gem.training.checkpoint import LATEST
+
+OVERRIDES = ["system_metrics=false", "measure_peak=false", "log_model=false", "epochs=2", "batch_size=256",
+             "checkpoint_every=2", "keep_checkpoints=100", "log_every=0", "model.attention_backend=padded"]
+
+
+def _weights(out):
+    return torch.load(out / "model" / "weights.pt", weights_only=True)
+
+
+def _same(a, b, what):
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=0, msg=f"{key} ({what})")
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_features, tmp_path_factory):
+    from gem.training.config import load_train_config
+    from gem.training.trainer import train
+
+    cfg, model_cfg = load_train_config("tiny", OVERRIDES)
+    out = tmp_path_factory.mktemp("resume") / "straight"
+    result = train(str(tiny_features), out, cfg, model_cfg)
+    return out, result, cfg, model_cfg
+
+
+def _steps(out):
+    return sorted(int(p.name.split("_")[1]) for p in (out / "checkpoints").glob("step_*") if p.is_dir())
+
+
+def test_resuming_a_finished_run_does_no_step_and_keeps_its_weights(finished_run, tiny_features, tmp_path):
+    from gem.training.trainer import train
+
+    out, result, cfg, model_cfg = finished_run
+    copy = tmp_path / "again"
+    shutil.copytree(out, copy)
+    again = train(str(tiny_features), copy, cfg, model_cfg, resume=True)
+    assert again.steps == result.steps
+    _same(_weights(out), _weights(copy), "resumed after the end")
+    assert _steps(copy) == _steps(out)  # no checkpoint beyond the last step
+
+
+def test_killed_after_any_checkpoint_then_resumed_matches_uninterrupted(finished_run, tiny_features, tmp_path):
+    from gem.training.trainer import train
+
+    out, result, cfg, model_cfg = finished_run
+    steps = _steps(out)
+    per_epoch = result.steps // cfg.epochs
+    assert result.steps % cfg.epochs == 0 and per_epoch % cfg.checkpoint_every == 0, "want a save at the epoch's end"
+    assert per_epoch in steps and result.steps in steps
+    for killed_at in (steps[0], per_epoch, per_epoch + steps[0], result.steps):
+        run = tmp_path / f"killed-{killed_at}"
+        shutil.copytree(out, run)
+        shutil.rmtree(run / "model")  # killed before the export: what kill -9 leaves
+        for later in steps:
+            if later > killed_at:
+                shutil.rmtree(run / "checkpoints" / f"step_{later:08d}")
+        (run / "checkpoints" / LATEST).write_text(f"step_{killed_at:08d}\n")
+        resumed = train(str(tiny_features), run, cfg, model_cfg, resume=True)
+        assert resumed.steps == result.steps, f"killed at {killed_at}"
+        _same(_weights(out), _weights(run), f"killed at step {killed_at}")
