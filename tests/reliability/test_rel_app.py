@@ -1,0 +1,85 @@
+"""The application's side of issue 16: reuse by content, degenerate surfaces, the failing
+step's error on stderr, unique run ids and one pipeline run per workspace."""
+
+from __future__ import annotations
+
+import io
+import math
+import multiprocessing
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gem_app.locks import Busy, exclusive
+from gem_app.pipelines.console import PipelineConsole
+from gem_app.pipelines.local import new_run_id
+from gem_app.promotion import GateConfig, compare
+from gem_app.stages.context import RunContext
+from gem_app.stages.distill import gate_metrics
+from gem_app.stages.ingest import ingest
+
+
+def test_ingest_reruns_when_a_file_of_the_dataset_changes_in_place(tiny_dataset, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_dataset, data)
+    ctx = RunContext(pipeline_run_id="reuse", tracking_root=str(tmp_path / "ws"))
+    first = ingest(str(data), str(tmp_path / "ws"), "tiny", ctx)
+    assert ingest(str(data), str(tmp_path / "ws"), "tiny", ctx) == first  # unchanged: reused
+    users = data / "users.parquet"
+    table = pq.read_table(users)
+    country = table.column("country").to_pylist()
+    country[0] = "zz" if country[0] != "zz" else "yy"
+    pq.write_table(table.set_column(table.schema.get_field_index("country"), "country", pa.array(country)), users)
+    second = ingest(str(data), str(tmp_path / "ws"), "tiny", ctx)
+    assert second.data_digest != first.data_digest
+
+
+def test_a_surface_without_holdout_clicks_is_reported_not_crashed_on():
+    figures = gate_metrics({"auc/all/click": 0.6})  # no "auc/click": the surface had no positive
+    assert math.isnan(figures["auc"]) and math.isnan(figures["ne"])
+    promote, verdicts = compare({"stories": figures}, None, GateConfig())
+    assert not promote and not verdicts[0].wins
+
+
+def test_the_failing_step_prints_its_last_lines_on_stderr(tmp_path, monkeypatch):
+    err, out = io.StringIO(), io.StringIO()
+    monkeypatch.setattr("sys.__stderr__", err)
+    from rich.console import Console
+
+    with PipelineConsole(tmp_path, console=Console(file=out)) as console:
+        console.write("12:00:00 - INFO - Executing task 'ingest'\n")
+        console.write("    ValueError: data/events: click=2 in row 7 (rule: click is 0 or 1)\n")
+        console.write("12:00:01 - ERROR - Task 'ingest' finished with status FAILURE\n")
+    assert console.failed is not None and console.failed.name == "ingest"
+    assert "ingest failed" in err.getvalue() and "click=2 in row 7" in err.getvalue()
+    assert "click=2 in row 7" in (tmp_path / "logs" / "001-ingest.log").read_text()
+
+
+def test_run_ids_are_unique_within_a_second():
+    ids = {new_run_id() for _ in range(200)}
+    assert len(ids) == 200
+
+
+def _hold(folder: str, ready, release) -> None:
+    with exclusive(folder, "pipeline", what="pipeline run"):
+        ready.set()
+        release.wait(30)
+
+
+def test_a_second_pipeline_run_on_one_workspace_refuses(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(str(tmp_path), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(Busy, match="another pipeline run is running"):
+            with exclusive(tmp_path, "pipeline", what="pipeline run"):
+                pass
+    finally:
+        release.set()
+        holder.join(10)
+    with exclusive(tmp_path, "pipeline", what="pipeline run"):  # free again
+        pass
