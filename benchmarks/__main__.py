@@ -16,6 +16,7 @@ BENCHMARKS = (
     "benchmarks.quality.bench",
     "benchmarks.transfer.bench",
     "benchmarks.pipeline_bench",
+    "benchmarks.reliability_bench",
     "kernels.benchmarks.jagged_attention_bench",
 )
 

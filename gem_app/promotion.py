@@ -123,7 +123,9 @@ def apply_decision(decision: GateDecision) -> GateDecision:
     name, version = decision.model_name, decision.challenger_version
     with _registry_lock(name):
         current = champion_version(name)
-        if decision.promote and current != decision.champion_version:
+        if decision.promote and current == version:
+            pass  # this decision was applied before (a rerun after a kill): applying it again changes nothing
+        elif decision.promote and current != decision.champion_version:
             decision = replace(decision, promote=False, stale=(
                 f"champion moved from {decision.champion_version or 'none'} to v{current} after the gate; "
                 "not promoted (gate again against the new champion)"))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -95,7 +97,19 @@ def tracked(ctx: RunContext, name: str, *, tags: dict | None = None) -> Iterator
     ctx.configure()
     all_tags = {tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, **(tags or {})}
     with tracking.stage_run(name, tags=all_tags, parent_run_id=ctx.parent_run_id or None) as run:
+        fault_point(f"{name}:mid")
         yield run
+
+
+FAULT_ENV = "GEM_FAULT"
+
+
+def fault_point(name: str) -> None:
+    """The fault-injection benchmark's hook (benchmarks/reliability_bench.py): when
+    ``$GEM_FAULT`` names this point, the whole pipeline run (this process group) dies
+    by SIGKILL here, as a lost machine would."""
+    if os.environ.get(FAULT_ENV) == name:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 def record_path(out: str | Path, stage: str) -> Path:
@@ -147,4 +161,5 @@ class Reuse:
 
     def put(self, result: dict) -> dict:
         write_json({"digest": self.digest, "key": self.key, "result": result}, self.path)
+        fault_point(f"{self.path.stem}:recorded")
         return result

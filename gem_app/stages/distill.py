@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gem import registry, tracking
 from gem.utils.progress import figure
-from gem_app.stages.context import Reuse, RunContext, StageResult, log_model_input, tracked
+from gem_app.stages.context import Reuse, RunContext, StageResult, fault_point, log_model_input, tracked
 from gem_app.stages.features import features_lineage, log_features_input
 
 GATE_TASK = "click"  # the gate compares click AUC and NE on the holdout
@@ -88,6 +88,9 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
     if done := reuse.get():
         return DistillResult(**done)
     tracking_uri = ctx.configure()
+    pending = Reuse(Path(out) / f".{surface}.pending.json", reuse.key)
+    if (record := pending.get()) and (version := _registered_from(record["run_id"], surface)):
+        return DistillResult(**reuse.put({**record["result"], "version": version}))  # killed after registering
     (train, spec), (holdout, _) = student_tables(cfg, train_features, eval_features, feast_repo)
     teacher = load_teacher(teacher_uri, tracking_uri) if cfg.transfer.sharing != "off" else None
     teacher_version = train.teacher_version or teacher_version or (teacher.version if teacher else teacher_uri)
@@ -109,18 +112,32 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
         for who, res in (("student", student), ("no_teacher", baseline)):
             for epoch, loss in enumerate(res.train_loss):
                 mlflow.log_metric(f"train/{who}/loss", loss, step=epoch)
+        unregistered = DistillResult(surface=surface, model_name=registry.student_model(surface), version="",
+                                     teacher_version=teacher_version, methods=list(student.methods), metrics=figures,
+                                     lift=lift, flops_per_example=float(student.flops_per_example or 0.0))
+        Path(out).mkdir(parents=True, exist_ok=True)
+        pending.put({"run_id": mlflow.active_run().info.run_id,
+                     "result": json.loads(json.dumps(unregistered.as_dict(), default=str))})
         version = log_student(student, registry.student_model(surface), teacher_version,
                               extra_tags={tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
                                           tracking.TAG_DATA_WINDOW: window})
-    result = DistillResult(surface=surface, model_name=registry.student_model(surface), version=version,
-                           teacher_version=teacher_version, methods=list(student.methods), metrics=figures,
-                           lift=lift, flops_per_example=float(student.flops_per_example or 0.0))
+        fault_point("distill:registered")
+    result = replace(unregistered, version=version)
     figure("surface", surface)
     figure("student AUC", figures["student"]["auc"])
     figure("lift AUC", lift["auc"])
-    Path(out).mkdir(parents=True, exist_ok=True)
     reuse.put(json.loads(json.dumps(result.as_dict(), default=str)))
     return result
+
+
+def _registered_from(run_id: str, surface: str) -> str:
+    """The version a killed attempt registered from its run, if it got that far (a rerun
+    must not register the same student twice)."""
+    from mlflow import MlflowClient
+
+    name = registry.student_model(surface)
+    versions = MlflowClient().search_model_versions(f"name='{name}' and run_id='{run_id}'")
+    return str(versions[0].version) if versions else ""
 
 
 def distill_plan(ctx: str, surfaces: list[str], available: list[str], **job) -> list[dict]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gem import registry, tracking
 from gem.utils.progress import figure
-from gem_app.stages.context import Reuse, RunContext, StageResult, record_path
+from gem_app.stages.context import Reuse, RunContext, StageResult, fault_point, record_path
 from gem_app.stages.features import features_lineage, log_features_input
 
 
@@ -122,12 +122,14 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
         return TrainResult(**done)
     run_id = _run_id(out_dir, key, ctx, window, digest, init_from)
     _log_inputs(run_id, features, eval_features, init_from)
+    fault_point("train:start")
     metrics, steps = _launch(Launcher.parse(launcher), features, eval_features, out, preset, all_overrides,
                              init_from, run_id)
     version = _registered_version(registry.TEACHER_MODEL, run_id) or mlflow.register_model(
         f"runs:/{run_id}/model", registry.TEACHER_MODEL,
         tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
               tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, registry.FEATURES_DIR_TAG: str(Path(features).resolve())})
+    fault_point("train:registered")
     decision = gate_teacher(str(version.version), eval_features, ctx) if eval_features else None
     result = TrainResult(run_id=run_id, model_version=str(version.version),
                          model_uri=registry.model_uri(registry.TEACHER_MODEL, version.version),
