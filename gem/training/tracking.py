@@ -276,23 +276,23 @@ class Tracker:
         if self.enabled:
             self._worker.send("log_dict", payload, name, wait=True)
 
-    def log_model(self, model, code_path: str) -> None:
-        """Logged from this process (the worker has no torch) into the worker's run."""
+    def log_model(self, folder: Path) -> None:
+        """Log the exported model folder (gem.model.store: tensors, JSON and digests, no
+        pickle) as the run's logged model ``model``; ``runs:/<run_id>/model`` and a
+        registered version of it load with gem.model.store.load_model. Logged from this
+        process (the worker has no torch) into the worker's run."""
         if not self.enabled:
             return
         run_id = self.run_id
         import mlflow
-        import mlflow.pytorch
+
+        from gem.model.store import log_model
 
         mlflow.set_tracking_uri(self.uri)
         # Active here too while logging (MLflow links the logged model to the active run);
         # leaving it marks the run finished, and the worker's ``end`` sets the final status.
         with mlflow.start_run(run_id=run_id):
-            mlflow.pytorch.log_model(
-                model, name="model", serialization_format="pickle", pip_requirements=MODEL_PIP_REQUIREMENTS,
-                code_paths=[code_path],
-                metadata={"note": "install torchrec==1.8.0 with --no-deps (it pins the CUDA fbgemm-gpu)"},
-            )
+            log_model(folder, name="model")
 
     def end(self, status: str = "FINISHED") -> None:
         """End the run and the worker (waits for every call before it)."""

@@ -8,11 +8,10 @@ checkpoint, evaluate), export.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -109,24 +108,24 @@ def _gather_full_state(model: nn.Module, env: DistEnv) -> dict[str, torch.Tensor
 
 def export_model(full_state: dict[str, torch.Tensor], model_cfg: ModelConfig, spec: FeatureSpec,
                  out: Path) -> nn.Module:
-    """Write ``out/model/{weights.pt, model_config.json, feature_spec.json}``; returns the
-    unsharded model."""
+    """Write ``out/model/`` with gem.model.store (weights.pt, model_config.json,
+    feature_spec.json, digests.json); returns the unsharded model."""
+    from gem.model.store import save_model
+
     model = build_model(model_cfg, spec)
     model.load_state_dict(full_state)
-    folder = out / MODEL_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), folder / "weights.pt")
-    (folder / "model_config.json").write_text(json.dumps(asdict(model_cfg), indent=2))
-    (folder / "feature_spec.json").write_text(json.dumps(spec.to_dict(), indent=2))
+    save_model(model, model_cfg, spec, Path(out) / MODEL_DIR)
     return model.eval()
 
 
 def init_weights(model: nn.Module, source: str) -> None:
     """Start from another model's weights (continued pretraining from the champion):
-    a run/model folder or an MLflow model URI, with the same config and vocabularies."""
-    from gem.knowledge.teacher import load_teacher
+    a run/model folder or an MLflow model URI, with the same config and vocabularies.
+    Read through gem.model.store: digests checked, weights-only, nothing unpickled."""
+    from gem.model.store import load_state, resolve
 
-    state = load_teacher(source).model.state_dict()
+    folder, _, _ = resolve(source)
+    state, _, _, _ = load_state(folder)
     own = model.state_dict()
     mismatched = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
     if mismatched:
@@ -137,15 +136,10 @@ def init_weights(model: nn.Module, source: str) -> None:
 
 
 def load_trained_model(out: str | Path) -> nn.Module:
-    """The exported, unsharded model of a finished run (weights-only load)."""
-    from gem.config import from_dict
+    """The exported, unsharded model of a finished run (gem.model.store: verified, weights-only)."""
+    from gem.model.store import load_model
 
-    folder = Path(out) / MODEL_DIR
-    cfg = from_dict(ModelConfig, json.loads((folder / "model_config.json").read_text()))
-    spec = FeatureSpec.from_dict(json.loads((folder / "feature_spec.json").read_text()))
-    model = build_model(cfg, spec)
-    model.load_state_dict(torch.load(folder / "weights.pt", map_location="cpu", weights_only=True))
-    return model.eval()
+    return load_model(Path(out) / MODEL_DIR).model
 
 
 def evaluate(model: nn.Module, loader, env: DistEnv, spec: FeatureSpec, *, precision: str = "fp32",
@@ -334,8 +328,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         tracker.log_metrics(perf, step)
         full_state = _gather_full_state(dmp, env)
         if env.is_main:
-            exported = export_model(full_state, model_cfg, spec, out)
-            _log_outputs(tracker, cfg, exported, spec, eval_metrics or train_metrics,
+            export_model(full_state, model_cfg, spec, out)
+            _log_outputs(tracker, cfg, out, spec, eval_metrics or train_metrics,
                          evaluator if eval_features else (running.flush() if running is not None else None))
         tracker.end()
     except BaseException:
@@ -366,8 +360,8 @@ def _save(ckpt: Checkpointer, dmp, dense_opt, scheduler, loader, step: int, epoc
     })
 
 
-def _log_outputs(tracker: Tracker, cfg: TrainConfig, model: nn.Module, spec: FeatureSpec,
-                 metrics: dict[str, float], source: SurfaceTaskMetrics) -> None:
+def _log_outputs(tracker: Tracker, cfg: TrainConfig, out: Path, spec: FeatureSpec,
+                 metrics: dict[str, float], source: SurfaceTaskMetrics | None) -> None:
     if not tracker.enabled:
         return
     from gem.training.plots import calibration_figure, surface_auc_figure
@@ -379,7 +373,7 @@ def _log_outputs(tracker: Tracker, cfg: TrainConfig, model: nn.Module, spec: Fea
         tracker.log_figure(surface_auc_figure(plain, spec.surfaces, spec.tasks), "plots/auc_per_surface.png")
     tracker.log_dict(metrics, "metrics/final.json")
     if cfg.log_model:
-        tracker.log_model(model, str(Path(__file__).resolve().parents[1]))
+        tracker.log_model(Path(out) / MODEL_DIR)
 
 
 def train_and_evaluate(features_dir_train: str, features_dir_eval: str, model_cfg: ModelConfig,

@@ -37,11 +37,17 @@ def test_logged_model_loads_and_matches_export(single_run):
 
     out, result, _, _ = single_run
     mlflow.set_tracking_uri(f"sqlite:///{out / 'mlflow.db'}")
-    logged = mlflow.pytorch.load_model(f"runs:/{result.run_id}/model").eval()
+    from gem.model.store import load_model
+
+    logged = load_model(f"runs:/{result.run_id}/model").model  # files + digests: nothing unpickled
+    version = mlflow.register_model(f"runs:/{result.run_id}/model", "gem-test-registered").version
+    registered = load_model(f"models:/gem-test-registered/{version}")
+    assert registered.version == f"models:/gem-test-registered/{version}" and registered.run_id == result.run_id
     exported = load_trained_model(out)
     batch = next(iter(SyntheticLoader(default_synthetic_spec(), 64, batch_size=32, seed=5)))
     with torch.no_grad():
         torch.testing.assert_close(logged(batch).logits, exported(batch).logits)
+        torch.testing.assert_close(registered.model(batch).logits, exported(batch).logits)
     enc = exported.encode(batch)
     assert enc.user.shape == (32, 16) and enc.item.shape == (32, 16)
 
