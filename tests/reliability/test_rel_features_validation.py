@@ -37,7 +37,7 @@ def _append(root, change: dict, n: int = 1) -> None:
     ({"surface": "billboard"}, "rule unknown_surface"),
     ({"user_id": None}, "field 'user_id': rule null"),
     ({"event_time": None}, "field 'event_time': rule null"),
-])
+], ids=["click-2", "unknown-surface", "null-user-id", "null-event-time"])
 def test_features_build_refuses_rows_the_validator_rejects(tiny_dataset, tmp_path, change, rule):
     root = _copy(tiny_dataset, tmp_path)
     _append(root, change)
