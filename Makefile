@@ -18,15 +18,17 @@ help:  ## list targets
 install: $(STAMP)  ## create .venv from the fully pinned requirements.lock
 
 $(STAMP): requirements.lock pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	sed 's/^fbgemm_gpu-cpu==/$(FBGEMM)==/' requirements.lock > $(VENV)/requirements.txt
-	$(BIN)/pip install --quiet --no-deps -r $(VENV)/requirements.txt
-	$(BIN)/pip install --quiet --no-deps -e .
-	rm -f $(VENV)/.installed-*
-	touch $@
+	@echo "installing $(VENV) from requirements.lock (a few minutes the first time)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@sed 's/^fbgemm_gpu-cpu==/$(FBGEMM)==/' requirements.lock > $(VENV)/requirements.txt
+	@# -qq: errors only (a mirror's per-package "location ignored" warnings are not news)
+	@$(BIN)/pip install -qq --no-deps -r $(VENV)/requirements.txt
+	@$(BIN)/pip install -qq --no-deps -e .
+	@rm -f $(VENV)/.installed-*
+	@touch $@
 
 run: install  ## the main job: gem_pipeline on kfp.local, on simulator data (or DATA=path)
-	$(BIN)/python -m gem pipeline run --workspace $(OUT) $(if $(DATA),--data $(DATA),)
+	@$(BIN)/python -m gem pipeline run --workspace $(OUT) $(if $(DATA),--data $(DATA),)
 
 compile: install  ## compile gem_pipeline and refresh_pipeline to IR YAML (pipelines/compiled/)
 	$(BIN)/python -m gem pipeline compile --out pipelines/compiled
