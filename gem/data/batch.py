@@ -12,7 +12,7 @@ Shapes (B = batch size, L_i = history length of example i, N = sum_i L_i):
   impression (> 0), aligned with the sequence values; for time-aware attention.
 - ``dense``: float32 (B, len(FeatureSpec.dense)).
 - ``surface``: int64 (B,), index into ``FeatureSpec.surfaces``.
-- ``labels``: float32 (B, len(FeatureSpec.tasks)), columns click, conversion.
+- ``labels``: float32 (B, len(FeatureSpec.tasks)), columns click (, conversion).
 - ``example_id``: int64 (B,), the impression's event_id.
 
 Example with B=2, histories of length 2 and 0, and one sequence key::
@@ -39,8 +39,10 @@ class FeatureSpec:
     sequence: dict[str, int]
     dense: list[str]
     max_seq_len: int
-    surfaces: list[str] = field(default_factory=lambda: list(SURFACES))
-    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    surfaces: list[str] = field(default_factory=lambda: list(SURFACES))  # the data's, in manifest order
+    tasks: list[str] = field(default_factory=lambda: list(TASKS))  # "click" (+ "conversion" if the data has any)
+    # False: label-blind histories (the items acted on, no earlier label, no prior CTR)
+    history_labels: bool = True
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

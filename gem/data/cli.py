@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("out", type=Path, help="output dataset directory")
     conv.add_argument("--seed", type=int, default=0, help="taobao: negative-sampling seed")
     conv.add_argument("--negatives-per-click", type=int, default=1, help="taobao: sampled unclicked impressions")
+    conv.add_argument("--label", choices=("pv", "action"), default="pv",
+                      help="taobao: pv = a page view is a click (default); action = click is cart/fav/buy within "
+                           "3 days of the page view, known at that time (no synthetic negatives)")
     conv.set_defaults(func=_convert)
 
 
@@ -107,7 +110,8 @@ def _convert(args: argparse.Namespace) -> int:
     else:
         from gem.data.adapters.taobao import convert_taobao
 
-        manifest = convert_taobao(args.raw, args.out, seed=args.seed, negatives_per_click=args.negatives_per_click)
+        manifest = convert_taobao(args.raw, args.out, seed=args.seed, negatives_per_click=args.negatives_per_click,
+                                  label=args.label)
     summary = manifest.extra["conversion"]
     print(f"wrote {summary['events']:,} events, {summary['users']:,} users, {summary['items']:,} items to "
           f"{args.out}; quarantined raw lines: {sum(summary['quarantined'].values())}")

@@ -16,17 +16,27 @@ user's engagement in ``event_type`` ("view" when not engaged, "like"/"share" whe
 engaged), so an organic row's event_type is usable only as *history*, never as a
 feature of the row itself.
 
-Labels: ``click`` is known at ``event_time``; ``conversion`` is known at
-``conversion_time`` (later), may be 1 only on an ad row with ``click == 1`` (a
-conversion follows a click of the same user on the same ad), and is 0 when the
-conversion was not observed inside the window (delayed feedback).
+Labels and the time each became known: ``click`` at ``click_time`` (null: at
+``event_time``; never before it), ``conversion`` at ``conversion_time`` (later; never
+before the click), may be 1 only on an ad row with ``click == 1`` (a conversion follows
+a click of the same user on the same ad), and is 0 when the conversion was not
+observed inside the window (delayed feedback). A history shows an earlier event's
+label only once its time is strictly before the example's time.
+
+Row roles (``role``, null = ``both``): ``both`` rows are examples (ad rows) and history,
+``history`` rows only ever appear in later histories (e.g. organic activity that is
+never scored), ``example`` rows are scored but never shown in any history (e.g.
+impressions that should not feed later histories, or synthetic negatives).
+
+Surfaces: the manifest's ``surfaces`` are the dataset's own vocabulary (any names);
+the features stage keeps those that have events, in manifest order.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,6 +45,9 @@ SURFACES: tuple[str, ...] = ("feed", "video", "stories", "messaging")
 EVENT_TYPES: tuple[str, ...] = ("impression", "view", "like", "share")
 AD_EVENT_TYPE = "impression"
 TASKS: tuple[str, ...] = ("click", "conversion")
+ROLES: tuple[str, ...] = ("both", "history", "example")  # null role = "both"
+# optional columns: absent in a file = all null (click known at event_time, role both)
+OPTIONAL_EVENT_COLUMNS: tuple[str, ...] = ("click_time", "role")
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -50,6 +63,8 @@ EVENTS_SCHEMA = pa.schema(
         pa.field("click", pa.int8(), nullable=False),
         pa.field("conversion", pa.int8(), nullable=False),
         pa.field("conversion_time", TIMESTAMP, nullable=True),
+        pa.field("click_time", TIMESTAMP, nullable=True),
+        pa.field("role", pa.string(), nullable=True),
     ]
 )
 
@@ -143,11 +158,13 @@ class Manifest:
         missing = [k for k in ("name", "source", "window_start", "window_end") if k not in raw]
         if missing:
             raise ContractError(f"{path}: missing field(s) {missing}")
-        unknown_surfaces = sorted(set(raw.get("surfaces", SURFACES)) - set(SURFACES))
-        if unknown_surfaces:
-            raise ContractError(
-                f"{path}: surfaces {unknown_surfaces} are not in the declared vocabulary {SURFACES}"
-            )
+        surfaces = raw.get("surfaces", list(SURFACES))
+        if (not isinstance(surfaces, list) or not surfaces or len(set(surfaces)) != len(surfaces)
+                or not all(isinstance(s, str) and s for s in surfaces)):
+            raise ContractError(f"{path}: surfaces must be a non-empty list of distinct names, got {surfaces!r}")
+        unknown = sorted(set(raw) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ContractError(f"{path}: unknown field(s) {unknown}")
         return cls(**raw)
 
 
@@ -172,3 +189,11 @@ def event_files(root: Path) -> list[Path]:
 
 def empty_events() -> pa.Table:
     return EVENTS_SCHEMA.empty_table()
+
+
+def with_optional_columns(table: pa.Table) -> pa.Table:
+    """``table`` with every optional event column the file lacks added as nulls."""
+    for name in OPTIONAL_EVENT_COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(EVENTS_SCHEMA.field(name), pa.nulls(table.num_rows, EVENTS_SCHEMA.field(name).type))
+    return table

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gem.data.contract import EVENTS_SCHEMA, day_dir
+from gem.data.contract import EVENTS_SCHEMA, day_dir, with_optional_columns
 
 
 DATASET_KIND = "dataset"
@@ -54,7 +54,7 @@ def write_json_atomic(payload: dict, path: Path) -> None:
 def write_events_by_day(events: pa.Table, root: Path, part: str = "part-00000") -> int:
     """Split a contract events table by UTC day into events/day=YYYY-MM-DD/<part>.parquet,
     sorted by (user_id, event_time, event_id) within each file. Returns files written."""
-    events = events.cast(EVENTS_SCHEMA)
+    events = with_optional_columns(events).select(EVENTS_SCHEMA.names).cast(EVENTS_SCHEMA)
     days = pc.floor_temporal(events.column("event_time"), unit="day").cast(pa.int64()).to_numpy()
     written = 0
     for day_us in np.unique(days):

@@ -83,6 +83,9 @@ class SimulatorConfig:
     conversion_bias: float = -4.2
     conversion_match_weight: float = 0.8
     conversion_delay_hours: float = 8.0
+    # 0: a click is known at its event_time (click_time null); > 0: it becomes known an
+    # exponential delay later (click_time), like a label attributed after the exposure
+    click_delay_hours: float = 0.0
     users_per_chunk: int = 10_000
     workers: int = 0  # processes; 0 = one per core
 
@@ -321,6 +324,12 @@ def _simulate_chunk(cfg: SimulatorConfig, w: _World, users: dict[str, np.ndarray
     delay = rng.exponential(cfg.conversion_delay_hours * 3600.0, n)
     event_s = day * SECONDS_PER_DAY + second
     conv_s = event_s + 1.0 + delay
+    click_s = event_s
+    if cfg.click_delay_hours > 0:  # drawn last: the other draws do not depend on it
+        click_s = event_s + rng.exponential(cfg.click_delay_hours * 3600.0, n)
+        click &= click_s < n_days * SECONDS_PER_DAY  # a click known after the window is not observed
+        conv_s = np.maximum(conv_s, click_s + 1.0)
+        converts &= click
     converts &= conv_s < n_days * SECONDS_PER_DAY  # not observed inside the window
 
     event_type = np.where(is_ad, 0, np.where(click, np.where(rng.random(n, dtype=np.float32) < 0.7, 2, 3), 1))
@@ -329,6 +338,8 @@ def _simulate_chunk(cfg: SimulatorConfig, w: _World, users: dict[str, np.ndarray
     start_us = int(start.timestamp() * 1_000_000)
     event_us = start_us + (event_s * 1_000_000).astype(np.int64)
     conv_us = start_us + (conv_s * 1_000_000).astype(np.int64)
+    click_us = start_us + (np.asarray(click_s) * 1_000_000).astype(np.int64)
+    click_known_later = click & (click_us > event_us)
     user_id = (lo + u_local + 1).astype(np.int64)
     event_id = (np.int64(chunk) << 40) + np.arange(n, dtype=np.int64)
     types = pa.array(["impression", "view", "like", "share"])
@@ -352,6 +363,10 @@ def _simulate_chunk(cfg: SimulatorConfig, w: _World, users: dict[str, np.ndarray
                 pa.array(np.ma.masked_array(conv_us[sel], mask=conv_mask), type=pa.int64()).cast(
                     EVENTS_SCHEMA.field("conversion_time").type
                 ),
+                pa.array(np.ma.masked_array(click_us[sel], mask=~click_known_later[sel]), type=pa.int64()).cast(
+                    EVENTS_SCHEMA.field("click_time").type
+                ),
+                pa.nulls(len(sel), pa.string()),
             ],
             schema=EVENTS_SCHEMA,
         )

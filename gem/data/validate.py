@@ -7,9 +7,9 @@ never hold the contract type) raises ContractError naming the file and column.
 Row reasons (one per row: the first rule it breaks, in this order):
 ``wrong_type:<col>`` (a value that does not convert: an id beyond int64 too),
 ``invalid_utf8:<col>`` (bytes that are not UTF-8 in a string column), ``null:<col>``, ``unknown_surface``, ``unknown_event_type``,
-``bad_label:<col>``, ``outside_window``, ``wrong_day_partition``,
+``unknown_role``, ``bad_label:<col>``, ``outside_window``, ``wrong_day_partition``,
 ``conversion_without_click``, ``conversion_on_organic``, ``missing_conversion_time``,
-``conversion_before_event``, ``ad_event_type``, ``unknown_user``, ``unknown_item``,
+``conversion_before_event``, ``click_before_event``, ``conversion_before_click``, ``ad_event_type``, ``unknown_user``, ``unknown_item``,
 ``is_ad_mismatch``, ``duplicate_event_id``; for users/items: ``wrong_type:<col>``,
 ``null:<key>``, ``duplicate_<key>``.
 
@@ -40,6 +40,7 @@ from gem.data.coerce import coerce, printable_rows
 from gem.data.io import claim_dataset_output, write_json_atomic, write_parquet_atomic
 from gem.data.contract import (
     AD_EVENT_TYPE,
+    ROLES,
     DAY_PARTITION,
     EVENTS_DIR,
     EVENTS_SCHEMA,
@@ -319,6 +320,7 @@ def _check_events(raw: pa.Table, file: Path, root: Path, manifest: Manifest, use
     col = {k: _np(v) for k, v in columns.items()}
     _mark(reason, ~np.isin(col["surface"], manifest.surfaces), "unknown_surface")
     _mark(reason, ~np.isin(col["event_type"], manifest.event_types), "unknown_event_type")
+    _mark(reason, ~_null_mask(columns["role"]) & ~np.isin(col["role"], ROLES), "unknown_role")
     for label in ("click", "conversion"):
         _mark(reason, ~np.isin(col[label], [0, 1]), f"bad_label:{label}")
     t = col["event_time"]
@@ -335,6 +337,10 @@ def _check_events(raw: pa.Table, file: Path, root: Path, manifest: Manifest, use
     has_conv_time = ~_null_mask(columns["conversion_time"])
     _mark(reason, conv & ~has_conv_time, "missing_conversion_time")
     _mark(reason, has_conv_time & (conv_time < t), "conversion_before_event")
+    click_time = col["click_time"]
+    has_click_time = ~_null_mask(columns["click_time"])
+    _mark(reason, has_click_time & (click_time < t), "click_before_event")
+    _mark(reason, conv & has_conv_time & has_click_time & click & (conv_time < click_time), "conversion_before_click")
     _mark(reason, is_ad & (col["event_type"] != AD_EVENT_TYPE), "ad_event_type")
     _mark(reason, ~_sorted_member(col["user_id"], user_ids), "unknown_user")
     item_ids, item_is_ad = item_index

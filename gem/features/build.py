@@ -30,12 +30,13 @@ from pathlib import Path
 from gem.utils.outputs import claim_output, json_format
 from gem.utils.pool import process_pool
 from gem.data.batch import FeatureSpec
-from gem.data.contract import EVENT_TYPES, MANIFEST, SURFACES, Manifest, parse_utc
+from gem.data.contract import EVENT_TYPES, MANIFEST, Manifest, parse_utc
+from gem.data.profile import profile_dataset
 from gem.features.config import FeaturesConfig
 from gem.features.feast_repo import apply, copy_repo, resolve_repo
 from gem.features.feast_sources import export
 from gem.features.plan import PLAN_FILE, WORK_DIR, BuildPlan, dataset_days, day_start_us, to_us, window_days
-from gem.features.report import build_report, log_to_mlflow, read_report
+from gem.features.report import build_report, log_to_mlflow, read_report, report_warnings
 from gem.features.segments import FORMAT
 from gem.features.shards import DENSE_FEATURES, SPARSE_FEATURES, list_shards, read_stats
 from gem.features.jobs import shard_job, stage_job
@@ -52,21 +53,24 @@ OUTPUT_KIND = "features"
 # bytes of one materialized sequence element: item int32, event_type/surface/is_ad/action
 # int8, age float32 -- the "plain" layout the shard layout is compared with
 MATERIALIZED_ELEMENT_BYTES = 4 + 1 + 1 + 1 + 1 + 4
-SEQUENCE_CARDINALITY = {"seq_event_type": 1 + len(EVENT_TYPES), "seq_surface": 1 + len(SURFACES),
-                        "seq_is_ad": 3, "seq_action": 3}
+SEQUENCE_CARDINALITY = {"seq_event_type": 1 + len(EVENT_TYPES), "seq_is_ad": 3, "seq_action": 3}
 
 
-def feature_spec(vocab: Vocabularies, max_seq_len: int) -> FeatureSpec:
+def feature_spec(vocab: Vocabularies, max_seq_len: int, surfaces: list[str], tasks: list[str],
+                 history_labels: bool = True) -> FeatureSpec:
     sparse = {"user_id": vocab.cardinality("user_id"), "item_id": vocab.cardinality("item_id")}
     for name in SPARSE_FEATURES[2:]:
         sparse[name] = vocab.cardinality(name.split("_", 1)[1])
-    sequence = {"seq_item_id": vocab.cardinality("item_id"), **SEQUENCE_CARDINALITY}
+    sequence = {"seq_item_id": vocab.cardinality("item_id"), "seq_surface": 1 + len(surfaces), **SEQUENCE_CARDINALITY}
     # keys sorted: the manifest JSON is key-sorted, so the spec reads back identical
     return FeatureSpec(
         sparse=dict(sorted(sparse.items())),
         sequence=dict(sorted(sequence.items())),
         dense=list(DENSE_FEATURES),
         max_seq_len=max_seq_len,
+        surfaces=list(surfaces),
+        tasks=list(tasks),
+        history_labels=history_labels,
     )
 
 
@@ -87,6 +91,11 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
         raise ValueError(f"window start {start.isoformat()} must be before its end {end.isoformat()}")
     start_us, end_us = to_us(start), to_us(end)
     history_days = [d for d in dataset_days(data_dir) if day_start_us(d) < end_us]
+    profile = profile_dataset(data_dir)  # the whole dataset's: every window of it gets the same spec
+    for warning in profile.warnings:
+        log.warning("features: %s", warning)
+    if not profile.surfaces:
+        raise ValueError(f"{data_dir}: no event on any of the manifest's surfaces {profile.declared_surfaces}")
     plan = BuildPlan(
         data_dir=str(data_dir), out_dir=str(out_dir),
         window_start=start.isoformat(), window_end=end.isoformat(),
@@ -96,6 +105,7 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
         example_days=window_days(start_us, end_us, cfg.days_per_shard), days_per_shard=cfg.days_per_shard,
         max_seq_len=cfg.max_seq_len, num_buckets=cfg.num_buckets, include_organic=cfg.include_organic,
         feast_repo=str(resolve_repo(cfg.feast_repo)),
+        surfaces=profile.surfaces, tasks=profile.tasks,
     )
     vocab = Vocabularies.read(Path(cfg.vocab_from)) if cfg.vocab_from else build_vocabularies(
         data_dir, end_us, cfg.min_count)
@@ -133,10 +143,13 @@ def finalize_build(plan: BuildPlan, cfg: FeaturesConfig, *, previous_report: str
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
     stats = [read_stats(plan.shards_dir / k.name) for k in keys]
     vocab = Vocabularies.read(out)
-    spec = feature_spec(vocab, plan.max_seq_len)
+    spec = feature_spec(vocab, plan.max_seq_len, plan.surfaces, plan.tasks, cfg.history_labels)
     window = {"start": plan.window_start, "end": plan.window_end}
     previous = read_report(previous_report) if previous_report else None
     report = build_report(stats, window=window, max_seq_len=plan.max_seq_len, previous=previous)
+    report["warnings"] = report_warnings(report, profile_dataset(Path(plan.data_dir)).warnings)
+    for warning in report["warnings"]:
+        log.warning("features report: %s", warning)
     write_json_atomic(report, out / REPORT_FILE)
     manifest = _manifest(plan, cfg, spec, keys, stats, window)
     write_json_atomic(manifest, out / MANIFEST)

@@ -11,6 +11,9 @@ class FeaturesConfig:
     num_buckets: int = 8  # user hash buckets; shards are (bucket, UTC day)
     days_per_shard: int = 1  # >1: (bucket, period of days) shards: fewer, larger files
     include_organic: bool = False  # also emit an example for every organic event
+    # False: label-blind histories (items acted on strictly before, without their labels;
+    # no prior CTR): the peers' protocol (benchmarks/quality, protocol "peers")
+    history_labels: bool = True
     min_count: int = 1  # user/item ids seen fewer times before the window end map to 0
     vocab_from: str = ""  # a previous features dir whose vocabularies are reused
     workers: int = 0  # processes for staging and shard builds; 0 = one per core

@@ -43,7 +43,7 @@ from gem.data.batch import Batch, FeatureSpec
 from gem.data.contract import MANIFEST
 from gem.features.jagged import ragged_arange
 from gem.features.segments import (
-    BEFORE_COLUMNS, FORMAT, US_PER_S, Segment, SegmentCache, read_examples, read_segment,
+    BEFORE_COLUMNS, FORMAT, NO_CLICK_TIME, US_PER_S, Segment, SegmentCache, read_examples, read_segment,
 )
 from gem.features.shards import DENSE_FEATURES, dense_features
 from gem.features.storage import dir_bytes
@@ -77,7 +77,7 @@ class ShardData:
     concatenated. An example's whole stored history is history[history_first:history_end]."""
 
     examples: dict[str, np.ndarray]
-    history: dict[str, np.ndarray]  # item, event_type, surface, is_ad, click, conversion_time, event_s
+    history: dict[str, np.ndarray]  # item, event_type, surface, is_ad, click, hidden, click/conversion_time, event_s
 
 
 def read_shard(shard_dirs: list[Path], cache: SegmentCache | None = None) -> ShardData:
@@ -96,6 +96,7 @@ def read_shard(shard_dirs: list[Path], cache: SegmentCache | None = None) -> Sha
         for name, values in history.items():
             values[to_idx] = seg.events[name][from_idx]
     if not len(users):
+        history["visible_index"] = np.zeros(0, dtype=np.int64)
         return ShardData(examples=ex, history=history)
 
     first_entry = np.flatnonzero(np.concatenate([[True], user[1:] != user[:-1]]))
@@ -107,13 +108,36 @@ def read_shard(shard_dirs: list[Path], cache: SegmentCache | None = None) -> Sha
     end = own - ex["ties"]
     u = np.searchsorted(users, ex["raw_user_id"])
     first = user_first[u]
-    is_ad = history["is_ad"].astype(np.int64)
+    # hidden rows (role "example") are stored for their own example only: histories,
+    # lengths and counts skip them; an example's sequence is ranked over visible rows
+    visible = history["hidden"] == 0
+    cum_vis = np.concatenate([[0], np.cumsum(visible, dtype=np.int64)])
+    is_ad = history["is_ad"].astype(np.int64) * visible
+    ad_click = is_ad * history["click"]
     cum_ad = np.concatenate([[0], np.cumsum(is_ad)])
-    cum_click = np.concatenate([[0], np.cumsum(is_ad * history["click"])])
-    ex.update(history_first=first, history_end=end, history_len=events_before[u] + end - first,
-              ad_impressions_before=ads_before[u] + cum_ad[end] - cum_ad[first],
-              ad_clicks_before=clicks_before[u] + cum_click[end] - cum_click[first])
+    cum_click = np.concatenate([[0], np.cumsum(ad_click)])
+    t_us = ex["event_time"]
+    clicks = clicks_before[u] + cum_click[end] - cum_click[first] - _pending_clicks(history, ad_click, first, end, t_us)
+    ex.update(history_first=first, history_end=end, rank_first=cum_vis[first], rank_end=cum_vis[end],
+              history_len=events_before[u] + cum_vis[end] - cum_vis[first],
+              ad_impressions_before=ads_before[u] + cum_ad[end] - cum_ad[first], ad_clicks_before=clicks)
+    history["visible_index"] = np.flatnonzero(visible)
     return ShardData(examples=ex, history=history)
+
+
+def _pending_clicks(history: dict[str, np.ndarray], ad_click: np.ndarray, first: np.ndarray, end: np.ndarray,
+                    t_us: np.ndarray) -> np.ndarray:
+    """int64 (B,): ad clicks in each example's [first, end) whose label became known only
+    at or after the example's time (click_time >= t): not yet known, not counted."""
+    delayed = np.flatnonzero((ad_click > 0) & (history["click_time"] != NO_CLICK_TIME))
+    out = np.zeros(len(first), dtype=np.int64)
+    if not len(delayed) or not len(first):
+        return out
+    lo, hi = np.searchsorted(delayed, first), np.searchsorted(delayed, end)
+    n = np.maximum(hi - lo, 0)
+    at = delayed[ragged_arange(lo, n)]
+    late = history["click_time"][at] >= np.repeat(t_us, n)
+    return np.bincount(np.repeat(np.arange(len(first)), n), weights=late, minlength=len(first)).astype(np.int64)
 
 
 def _rows_of(users: np.ndarray, segments: list[Segment]) -> list[np.ndarray]:
@@ -139,18 +163,25 @@ def gather(spec: FeatureSpec, shard: ShardData, idx: np.ndarray) -> dict[str, np
     sparse (B, F) int64, lengths (B,), sequence (K, T) int64, age (T,) float32,
     dense (B, D) float32, labels (B, 2) float32, surface (B,) int64, example_id (B,)."""
     ex, hist = shard.examples, shard.history
-    end = ex["history_end"][idx]
-    start = np.maximum(ex["history_first"][idx], end - spec.max_seq_len)
-    lengths = end - start
-    g = ragged_arange(start, lengths)
+    rank_end = ex["rank_end"][idx]
+    rank_start = np.maximum(ex["rank_first"][idx], rank_end - spec.max_seq_len)
+    lengths = rank_end - rank_start
+    g = hist["visible_index"][ragged_arange(rank_start, lengths)]
     t_us = ex["event_time"][idx]
     t = np.repeat(t_us, lengths)
-    click = hist["click"][g].astype(np.int64)
-    # a conversion is known only once it happened: strictly before this impression
-    action = np.where(click > 0, 1 + (hist["conversion_time"][g] < t), 0)
+    # a label is shown only once known: the click at click_time (or its event time, which
+    # is before t), the conversion at conversion_time, both strictly before this example
+    click = (hist["click"][g] > 0) & (hist["click_time"][g] < t)
+    action = np.where(click, 1 + (hist["conversion_time"][g] < t), 0)
+    event_type = hist["event_type"][g]
+    # an organic row's like/share (1 + index 2, 3) is its engagement label: "view" until known
+    event_type = np.where(~click & (event_type >= 3), 2, event_type)
+    if not spec.history_labels:  # label-blind: the items acted on, never their outcome
+        action = np.zeros_like(action)
+        event_type = np.where(event_type >= 3, 2, event_type)
     by_key = {
         "seq_item_id": hist["item"][g],
-        "seq_event_type": hist["event_type"][g],
+        "seq_event_type": event_type,
         "seq_surface": hist["surface"][g],
         "seq_is_ad": hist["is_ad"][g].astype(np.int64) + 1,  # 1 organic, 2 ad (0 = unknown)
         "seq_action": action,
@@ -158,8 +189,11 @@ def gather(spec: FeatureSpec, shard: ShardData, idx: np.ndarray) -> dict[str, np
     sequence = np.stack([by_key[k].astype(np.int64) for k in spec.sequence]) if len(g) else \
         np.zeros((len(spec.sequence), 0), dtype=np.int64)
     history_len = ex["history_len"][idx]
-    last_s = hist["event_s"][np.maximum(end - 1, 0)] if len(hist["event_s"]) else np.zeros(len(idx), np.int64)
-    dense = dense_features(t_us, history_len, last_s, ex["ad_impressions_before"][idx], ex["ad_clicks_before"][idx])
+    visible_index = hist["visible_index"]
+    last_s = hist["event_s"][visible_index[np.maximum(rank_end - 1, 0)]] if len(visible_index) else \
+        np.zeros(len(idx), np.int64)
+    ad_clicks = ex["ad_clicks_before"][idx] if spec.history_labels else np.zeros(len(idx), np.int64)
+    dense = dense_features(t_us, history_len, last_s, ex["ad_impressions_before"][idx], ad_clicks)
     return {
         "sparse": np.stack([ex[name][idx].astype(np.int64) for name in spec.sparse], axis=1),
         "lengths": lengths,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gem.data.contract import DAY_PARTITION, EVENTS_DIR, parse_utc
+from gem.data.contract import DAY_PARTITION, EVENTS_DIR, SURFACES, TASKS, parse_utc
 from gem.features.storage import write_json_atomic
 
 WORK_DIR = "_work"
@@ -53,6 +53,8 @@ class BuildPlan:
     num_buckets: int
     include_organic: bool
     feast_repo: str
+    surfaces: list[str] = field(default_factory=lambda: list(SURFACES))  # the data's (gem.data.profile)
+    tasks: list[str] = field(default_factory=lambda: list(TASKS))
 
     @property
     def work_dir(self) -> Path:

@@ -159,3 +159,24 @@ def log_to_mlflow(report: dict) -> bool:
     mlflow.log_metrics(report_metrics(report))
     mlflow.log_dict(report, "features/report.json")
     return True
+
+
+def report_warnings(report: dict, data_warnings: list[str] | None = None) -> list[str]:
+    """Degenerate features of the window, one sentence each: a sparse feature unknown (0)
+    for every example, a surface without a positive click, a constant click label;
+    plus the dataset's own warnings (gem.data.profile)."""
+    out = list(data_warnings or [])
+    n = report["examples"]
+    if not n:
+        return out + ["the window has no example"]
+    for name, share in report["unknown_share"].items():
+        if share >= 1.0:
+            out.append(f"feature {name!r} is unknown (id 0) for every example of the window")
+    clicks = 0.0
+    for surface, rates in report["label_rates"].items():
+        clicks += rates["click_rate"] * rates["examples"]
+        if rates["examples"] and rates["click_rate"] == 0.0:
+            out.append(f"surface {surface!r} has no positive click in the window ({rates['examples']} examples)")
+    if clicks in (0.0, float(n)):
+        out.append(f"label 'click' is constant over the window's {n} examples")
+    return list(dict.fromkeys(out))

@@ -8,10 +8,12 @@ in exactly one segment. Layout of ``OUT/shards/b003-2026-01-05/``:
 
 - ``history.parquet``, one row per event of the segment, ordered by (user_id,
   event_time, event_id): ``item`` (dense id), ``code`` (event_type + 5 surface +
-  25 is_ad + 50 click; the staged codes, 0 = unknown), ``gap_s`` (whole seconds since the
+  5 is_ad + 10 click + 20 hidden + 40 surface, int16; the staged codes, 0 = unknown;
+  hidden = a row with role "example", stored for its own example, never in a history), ``gap_s`` (whole seconds since the
   user's previous event in the segment; on a user's first event of the segment, seconds
   since the start of the shard's (first) day, negative for events before it) and
-  ``conversion_time`` (us, null without conversion). Event seconds are floored, so an
+  ``conversion_time`` (us, null without conversion), ``click_time`` (us, when a click
+  became known; null when known at the event time or without click). Event seconds are floored, so an
   age computed from them is never smaller than the true age.
 - ``users.parquet``, one row per user with events in the segment (the user's events
   are the next ``events`` rows of history.parquet): ``user_id`` (raw), ``user`` (dense
@@ -43,7 +45,7 @@ import pyarrow.parquet as pq
 from gem.data.contract import ITEM_ATTRIBUTES, USER_ATTRIBUTES
 from gem.features.plan import ShardKey, day_start_us
 
-FORMAT = "gem-features/2"  # manifest format: this layout (histories carried across day shards)
+FORMAT = "gem-features/3"  # manifest format: this layout (histories carried across day shards, label times)
 EXAMPLES_FILE, HISTORY_FILE, USERS_FILE = "examples.parquet", "history.parquet", "users.parquet"
 STATS_FILE = "stats.json"
 SHARD_FILES = (EXAMPLES_FILE, HISTORY_FILE, STATS_FILE, USERS_FILE)
@@ -53,22 +55,30 @@ ATTRIBUTE_FEATURES = (*(f"user_{a}" for a in USER_ATTRIBUTES), *(f"item_{a}" for
 BEFORE_COLUMNS = ("events_before", "ad_impressions_before", "ad_clicks_before")
 DELTA, SPLIT = "DELTA_BINARY_PACKED", "BYTE_STREAM_SPLIT"
 ENCODINGS = {
-    HISTORY_FILE: {"item": SPLIT, "code": SPLIT, "gap_s": SPLIT, "conversion_time": DELTA},
+    HISTORY_FILE: {"item": SPLIT, "code": SPLIT, "gap_s": SPLIT, "conversion_time": DELTA, "click_time": DELTA},
     USERS_FILE: {"user_id": DELTA, "user": DELTA, "events": SPLIT},
     EXAMPLES_FILE: {"event": DELTA, "time_us": DELTA, "example_id": DELTA},
 }
-_CODE_BASES = {"event_type": 1, "surface": 5, "is_ad": 25, "click": 50}  # event_type, surface in 0..4
+# code = event_type (0..4) + 5 is_ad + 10 click + 20 hidden + 40 surface (0 = unknown, 1..S)
+NO_CLICK_TIME = np.iinfo(np.int64).min  # click_time of events whose click was known at event_time
 
 
-def pack_codes(event_type: np.ndarray, surface: np.ndarray, is_ad: np.ndarray, click: np.ndarray) -> np.ndarray:
-    """int8 (n,): the four small event codes in one byte (compresses to their joint entropy)."""
-    return (event_type.astype(np.int8) + 5 * surface.astype(np.int8) + 25 * (is_ad > 0).astype(np.int8)
-            + 50 * (click > 0).astype(np.int8)).astype(np.int8)
+def pack_codes(event_type: np.ndarray, surface: np.ndarray, is_ad: np.ndarray, click: np.ndarray,
+               hidden: np.ndarray | None = None) -> np.ndarray:
+    """int16 (n,): the small event codes in one value (compresses to their joint entropy)."""
+    hidden = np.zeros(len(event_type), np.int32) if hidden is None else hidden
+    code = (event_type.astype(np.int32) + 5 * (is_ad > 0) + 10 * (click > 0) + 20 * (hidden > 0)
+            + 40 * surface.astype(np.int32))
+    if len(code) and code.max() > np.iinfo(np.int16).max:
+        raise ValueError(f"{int(surface.max())} surfaces: at most {np.iinfo(np.int16).max // 40 - 1} fit the code")
+    return code.astype(np.int16)
 
 
 def unpack_codes(code: np.ndarray) -> dict[str, np.ndarray]:
-    code = code.astype(np.int8)
-    return {"event_type": code % 5, "surface": code // 5 % 5, "is_ad": code // 25 % 2, "click": code // 50}
+    code = code.astype(np.int32)
+    return {"event_type": (code % 5).astype(np.int8), "is_ad": (code // 5 % 2).astype(np.int8),
+            "click": (code // 10 % 2).astype(np.int8), "hidden": (code // 20 % 2).astype(np.int8),
+            "surface": (code // 40).astype(np.int16)}
 
 
 def ref_second(day: str) -> int:
@@ -96,6 +106,7 @@ def read_segment(shard_dir: Path) -> Segment:
     events = unpack_codes(history.column("code").to_numpy())
     events["item"] = history.column("item").to_numpy()
     events["conversion_time"] = pc.fill_null(history.column("conversion_time"), NO_CONVERSION).to_numpy()
+    events["click_time"] = pc.fill_null(history.column("click_time"), NO_CLICK_TIME).to_numpy()
     # event seconds: the row's first gap is relative to the shard's day, the others to the previous event
     running = np.cumsum(history.column("gap_s").to_numpy(), dtype=np.int64)
     before_row = np.concatenate([[0], running])[offsets[:-1]]
@@ -107,7 +118,7 @@ def read_segment(shard_dir: Path) -> Segment:
 def read_examples(shard_dir: Path, segment: Segment) -> dict[str, np.ndarray]:
     """The example columns of a shard, with those read from the example's own event in
     its segment: ``row`` (user row), ``raw_user_id``, ``user_id`` (dense), ``item_id``,
-    ``surface`` (index into SURFACES), ``click``, ``event_time`` (us)."""
+    ``surface`` (index into the spec's surfaces), ``click``, ``event_time`` (us)."""
     table = pq.read_table(Path(shard_dir) / EXAMPLES_FILE)
     ex = {name: table.column(name).to_numpy() for name in table.column_names}
     own, ev = ex["event"].astype(np.int64), segment.events

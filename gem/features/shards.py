@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gem.data.contract import ITEM_ATTRIBUTES, SURFACES, USER_ATTRIBUTES
+from gem.data.contract import ITEM_ATTRIBUTES, USER_ATTRIBUTES
 from gem.features.jagged import run_starts
 from gem.features.plan import BuildPlan, ShardKey
 from gem.features.segments import (
@@ -44,7 +44,7 @@ SPARSE_FEATURES = ("user_id", "item_id", *ATTRIBUTE_FEATURES)
 DENSE_FEATURES = ("log_history_len", "log_seconds_since_last_event", "hour_of_day_sin", "hour_of_day_cos",
                   "user_prior_ad_ctr", "log_user_prior_ad_impressions")
 # the bucket's whole history is read in these columns; the period's events in all
-INDEX_COLUMNS = ["user_id", "event_time", "event_id", "example", "is_ad", "click", "item"]
+INDEX_COLUMNS = ["user_id", "event_time", "event_id", "example", "is_ad", "click", "item", "click_known", "hidden"]
 PERIOD_COLUMNS = ["user_id", "event_time", "event_id", "surface", "event_type", "conversion", "conversion_time",
                   *ATTRIBUTE_COLUMNS]
 _INT32 = np.iinfo(np.int32)
@@ -101,7 +101,12 @@ def select_examples(plan: BuildPlan, day: str, h: dict[str, np.ndarray]) -> np.n
 @dataclass
 class BucketIndex:
     """A bucket's staged events up to the window end, (user, time, event_id) ordered, in
-    INDEX_COLUMNS, with every user's stored run [stored_from, stored_to] (n, -1: none)."""
+    INDEX_COLUMNS, with every user's stored run [stored_from, stored_to] (n, -1: none).
+
+    The run starts ``max_seq_len`` *visible* events (not ``hidden``) before the history
+    end of the user's first example, or earlier at the first event whose click label
+    was still unknown at that example's time: every click before the run is known to
+    every example of the user, so the counts before the run never show a label early."""
 
     h: dict[str, np.ndarray]
     user_start: np.ndarray  # int64 (n,): the user's first event
@@ -135,7 +140,21 @@ def _index(h: dict[str, np.ndarray], n_max: int) -> BucketIndex:
     last = np.concatenate([first[1:], [len(ex)]]).astype(np.int64) - 1
     runs = int(run[-1]) + 1 if n else 0
     lo, hi = np.full(runs, n, dtype=np.int64), np.full(runs, -1, dtype=np.int64)
-    lo[with_examples] = np.maximum(start[ex[first]], tie[ex[first]] - n_max)
+    # n_max visible events before the first example's history end
+    visible = h["hidden"] == 0 if "hidden" in h else np.ones(n, bool)
+    cum_vis = np.concatenate([[0], np.cumsum(visible, dtype=np.int64)])
+    vis_idx = np.flatnonzero(visible)
+    fe = ex[first]
+    rank = cum_vis[tie[fe]] - n_max
+    lo_first = np.where(rank > cum_vis[start[fe]], vis_idx[np.clip(rank, 0, max(len(vis_idx) - 1, 0))]
+                        if len(vis_idx) else start[fe], start[fe])
+    lo[with_examples] = lo_first
+    if "click_known" in h and len(ex):  # a click still unknown at the first example's time: store from there
+        t0 = np.full(runs, np.iinfo(np.int64).max, dtype=np.int64)
+        t0[with_examples] = h["event_time"][fe]
+        pending = np.flatnonzero(visible & (h["click"] > 0) & (h["click_known"] >= t0[run]) & (idx < lo[run]))
+        if len(pending):
+            np.minimum.at(lo, run[pending], pending)
     hi[with_examples] = ex[last]
     return BucketIndex(h=h, user_start=start, tie_start=tie, stored_from=lo[run], stored_to=hi[run])
 
@@ -184,13 +203,15 @@ def _assemble(plan: BuildPlan, key: ShardKey, vocab: Vocabularies, index: Bucket
     g = seg[row_first]
     ustart = index.user_start[g]
     holds_first = g == index.stored_from[g]  # the row starts the user's stored run
-    cum_ad = np.concatenate([[0], np.cumsum(h["is_ad"], dtype=np.int64)])
-    cum_click = np.concatenate([[0], np.cumsum(h["is_ad"].astype(np.int64) * h["click"])])
+    visible = (h["hidden"] == 0).astype(np.int64)
+    cum_vis = np.concatenate([[0], np.cumsum(visible)])
+    cum_ad = np.concatenate([[0], np.cumsum(h["is_ad"] * visible, dtype=np.int64)])
+    cum_click = np.concatenate([[0], np.cumsum(h["is_ad"].astype(np.int64) * h["click"] * visible)])
     users = pa.table({
         "user_id": user[row_first],
         "user": vocab.ids("user_id", user[row_first]),
         "events": np.diff(np.concatenate([row_first, [len(seg)]])).astype(np.int32),
-        "events_before": np.where(holds_first, g - ustart, 0).astype(np.int32),
+        "events_before": np.where(holds_first, cum_vis[g] - cum_vis[ustart], 0).astype(np.int32),
         "ad_impressions_before": np.where(holds_first, cum_ad[g] - cum_ad[ustart], 0).astype(np.int32),
         "ad_clicks_before": np.where(holds_first, cum_click[g] - cum_click[ustart], 0).astype(np.int32),
     })
@@ -201,11 +222,14 @@ def _assemble(plan: BuildPlan, key: ShardKey, vocab: Vocabularies, index: Bucket
     if len(gap) and (gap.min() < _INT32.min or gap.max() > _INT32.max):
         raise ValueError(f"shard {key.name}: an event more than 68 years from its day cannot be stored")
     conversion = period["conversion_time"]
+    click_known = h["click_known"][seg]
+    delayed = (h["click"][seg] > 0) & (click_known > t)
     history = pa.table({
         "item": h["item"][seg].astype(np.int32),
-        "code": pack_codes(period["event_type"], period["surface"], h["is_ad"][seg], h["click"][seg]),
+        "code": pack_codes(period["event_type"], period["surface"], h["is_ad"][seg], h["click"][seg], h["hidden"][seg]),
         "gap_s": gap.astype(np.int32),
         "conversion_time": pa.array(conversion, mask=conversion == NO_CONVERSION),
+        "click_time": pa.array(click_known, mask=~delayed),
     })
 
     own = np.flatnonzero(select_examples(plan, key.day, {"example": h["example"][seg], "event_time": t}))
@@ -223,6 +247,7 @@ def _assemble(plan: BuildPlan, key: ShardKey, vocab: Vocabularies, index: Bucket
                "conversion": period["conversion"][own], "user_id": vocab.ids("user_id", user[own]),
                "item_id": h["item"][ex], **attributes}
     stats = _stats(plan, key, columns, h, index.user_start[ex], index.tie_start[ex], len(seg))
+    stats["delayed_clicks_stored"] = int(delayed.sum())
     return examples, history, users, stats
 
 
@@ -244,13 +269,17 @@ def dense_features(event_time_us: np.ndarray, history_len: np.ndarray, last_even
 
 def _stats(plan: BuildPlan, key: ShardKey, examples: dict[str, np.ndarray], h, first, end, stored: int) -> dict:
     n_max = plan.max_seq_len
-    full = end - first
+    visible = h["hidden"] == 0
+    cum_vis = np.concatenate([[0], np.cumsum(visible, dtype=np.int64)])
+    full = cum_vis[end] - cum_vis[first]
     used = np.minimum(full, n_max)
-    unknown_item = np.concatenate([[0], np.cumsum(h["item"] == 0)])
-    seq_unknown = int((unknown_item[end] - unknown_item[end - used]).sum())
+    unknown_item = np.concatenate([[0], np.cumsum((h["item"] == 0) & visible)])
+    vis_idx = np.concatenate([np.flatnonzero(visible), [len(visible)]])
+    from_idx = vis_idx[cum_vis[end] - used]  # first visible event of the used sequence
+    seq_unknown = int((unknown_item[end] - unknown_item[np.minimum(from_idx, end)]).sum())
     surface, click, conversion = examples["surface"], examples["click"], examples["conversion"]
     by_surface = {}
-    for i, name in enumerate(SURFACES):
+    for i, name in enumerate(plan.surfaces):
         sel = surface == i
         by_surface[name] = {"examples": int(sel.sum()), "clicks": int(click[sel].sum()),
                             "conversions": int(conversion[sel].sum())}
@@ -271,7 +300,9 @@ def _stats(plan: BuildPlan, key: ShardKey, examples: dict[str, np.ndarray], h, f
 
 def _empty_staged(columns: list[str]) -> dict[str, np.ndarray]:
     h = {c: np.zeros(0, dtype=np.int64) for c in ("user_id", "item_raw", "event_id", "event_time", "conversion_time")}
-    h.update({c: np.zeros(0, dtype=np.int8) for c in ("is_ad", "surface", "event_type", "click", "conversion")})
+    h.update({c: np.zeros(0, dtype=np.int8) for c in ("is_ad", "event_type", "click", "conversion", "hidden")})
+    h["surface"] = np.zeros(0, dtype=np.int16)
+    h["click_known"] = np.zeros(0, dtype=np.int64)
     h["item"] = np.zeros(0, dtype=np.int32)
     h["example"] = np.zeros(0, dtype=bool)
     h.update({f"attr_{a}": np.zeros(0, dtype=np.int32) for a in USER_ATTRIBUTES + ITEM_ATTRIBUTES})

@@ -5,10 +5,12 @@ staged file holds the events of one bucket and day, sorted by (user_id, event_ti
 event_id), with categorical columns already encoded:
 
     user_id int64 (raw), item int32 (dense id), item_raw int64, event_id int64,
-    event_time int64 (us), is_ad int8, surface int8 (1 + index in SURFACES, 0 unknown),
-    event_type int8 (1 + index in EVENT_TYPES, 0 unknown), click int8, conversion int8,
-    conversion_time int64 (us; NO_CONVERSION when null), example bool (an example of
-    the window), and one int32 dense-id column per static attribute (``attr_<name>``,
+    event_time int64 (us), is_ad int8, surface int16 (1 + index in the data's surfaces,
+    plan.surfaces; 0 unknown), event_type int8 (1 + index in EVENT_TYPES, 0 unknown),
+    click int8, conversion int8, conversion_time int64 (us; NO_CONVERSION when null),
+    click_known int64 (us: when the click label became known: click_time, or
+    event_time when null), hidden int8 (1: role "example", never in a history),
+    example bool (an example of the window: role not "history"), and one int32 dense-id column per static attribute (``attr_<name>``,
     fetched from Feast point-in-time as of the example's time; 0 on non-example rows)
 
 Attributes are fetched here, one Feast retrieval per group of days for the examples
@@ -25,7 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gem.data.contract import EVENT_TYPES, EVENTS_DIR, ITEM_ATTRIBUTES, SURFACES, TIMESTAMP, USER_ATTRIBUTES, ContractError
+from gem.data.contract import (
+    EVENT_TYPES, EVENTS_DIR, ITEM_ATTRIBUTES, OPTIONAL_EVENT_COLUMNS, TIMESTAMP, USER_ATTRIBUTES, ContractError,
+    with_optional_columns,
+)
 from gem.features.attributes import attribute_ids, fetch_attributes
 from gem.features.jagged import user_bucket
 from gem.features.plan import BuildPlan
@@ -34,13 +39,13 @@ from gem.features.vocab import Vocabularies
 
 NO_CONVERSION = np.iinfo(np.int64).max
 EVENT_COLUMNS = ["event_id", "user_id", "item_id", "is_ad", "surface", "event_time", "event_type",
-                 "click", "conversion", "conversion_time"]
+                 "click", "conversion", "conversion_time", *OPTIONAL_EVENT_COLUMNS]
 
 
-def codes(column: pa.ChunkedArray, vocabulary: tuple[str, ...]) -> np.ndarray:
-    """int8 (n,): 1 + index of each value in a fixed vocabulary, 0 if absent."""
-    pos = pc.index_in(column, value_set=pa.array(list(vocabulary)))
-    return (pc.fill_null(pos, -1).to_numpy(zero_copy_only=False) + 1).astype(np.int8)
+def codes(column: pa.ChunkedArray, vocabulary, dtype=np.int8) -> np.ndarray:
+    """(n,): 1 + index of each value in a vocabulary, 0 if absent."""
+    pos = pc.index_in(column, value_set=pa.array(list(vocabulary), pa.string()))
+    return (pc.fill_null(pos, -1).to_numpy(zero_copy_only=False) + 1).astype(dtype)
 
 
 def micros(column: pa.ChunkedArray) -> np.ndarray:
@@ -53,7 +58,9 @@ def read_day(data_dir: Path, day: str) -> pa.Table:
     tables = []
     for path in files:
         try:
-            tables.append(pq.read_table(path, columns=EVENT_COLUMNS))
+            present = set(pq.ParquetFile(path).schema_arrow.names)
+            table = pq.read_table(path, columns=[c for c in EVENT_COLUMNS if c in present or c not in OPTIONAL_EVENT_COLUMNS])
+            tables.append(with_optional_columns(table).select(EVENT_COLUMNS))
         except (pa.ArrowInvalid, KeyError) as exc:
             raise ContractError(f"{path}: cannot read event columns {EVENT_COLUMNS} ({exc})") from exc
     return pa.concat_tables(tables) if tables else None
@@ -70,14 +77,20 @@ def _encode(plan: BuildPlan, vocab: Vocabularies, table: pa.Table) -> dict[str, 
         "event_id": table.column("event_id").to_numpy().astype(np.int64),
         "event_time": event_time,
         "is_ad": table.column("is_ad").to_numpy(zero_copy_only=False).astype(np.int8),
-        "surface": codes(table.column("surface"), SURFACES),
+        "surface": codes(table.column("surface"), plan.surfaces, np.int16),
         "event_type": codes(table.column("event_type"), EVENT_TYPES),
         "click": table.column("click").to_numpy().astype(np.int8),
         "conversion": table.column("conversion").to_numpy().astype(np.int8),
         "conversion_time": pc.fill_null(conversion_time, NO_CONVERSION).to_numpy(zero_copy_only=False),
+        "click_known": np.maximum(event_time, pc.fill_null(
+            table.column("click_time").cast(TIMESTAMP).cast(pa.int64()), np.iinfo(np.int64).min).to_numpy(
+                zero_copy_only=False)),
+        "role": codes(table.column("role"), ("history", "example")),  # 0 both, 1 history, 2 example
     }
     columns = {k: v[keep] for k, v in columns.items()}
-    columns["example"] = example_mask(plan, columns)
+    role = columns.pop("role")
+    columns["hidden"] = (role == 2).astype(np.int8)
+    columns["example"] = example_mask(plan, columns) & (role != 1)
     return columns
 
 

@@ -47,8 +47,22 @@ FORMAT = "gem-knowledge/1"
 MANIFEST = "knowledge.json"
 OUTPUT_KIND = "knowledge"
 PREDICTIONS, USER_EMBEDDING, ITEM_EMBEDDING = "predictions.parquet", "user_embedding.parquet", "item_embedding.parquet"
-OWN_COLUMNS = tuple(f"teacher_logit_{t}" for t in TASKS)
-SURFACE_COLUMNS = tuple(f"teacher_logit_{s}_{t}" for s in SURFACES for t in TASKS)
+
+
+def own_columns(tasks) -> tuple[str, ...]:
+    """The own-surface joint logit columns of the data's tasks."""
+    return tuple(f"teacher_logit_{t}" for t in tasks)
+
+
+def surface_columns(surfaces, tasks) -> tuple[str, ...]:
+    """Every surface's joint logit columns, surface-major (reshape to (N, S, T))."""
+    return tuple(f"teacher_logit_{s}_{t}" for s in surfaces for t in tasks)
+
+
+# the columns the Feast view declares (feature_repo/knowledge.py: the contract's default
+# vocabulary); a table always carries them, NaN where the data has no such surface or task
+OWN_COLUMNS = own_columns(TASKS)
+SURFACE_COLUMNS = surface_columns(SURFACES, TASKS)
 TAG_COLUMNS = ("teacher_version", "window_start", "window_end")
 
 
@@ -82,8 +96,11 @@ def _list_column(matrix: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(np.arange(0, (n + 1) * e, e, dtype=np.int32)), pa.array(matrix.reshape(-1)))
 
 
-def knowledge_tables(out: dict[str, np.ndarray], keys: pd.DataFrame, tags: dict[str, str]) -> dict[str, pa.Table]:
-    """The three output tables from teacher outputs and the impressions' keys."""
+def knowledge_tables(out: dict[str, np.ndarray], keys: pd.DataFrame, tags: dict[str, str],
+                     surfaces=SURFACES, tasks=TASKS) -> dict[str, pa.Table]:
+    """The three output tables from teacher outputs and the impressions' keys; logit
+    columns for the data's ``surfaces`` x ``tasks`` (the teacher's spec), plus the Feast
+    view's fixed columns (NaN where the data lacks that surface or task)."""
     order = pd.Series(np.arange(len(out["example_id"])), index=out["example_id"])
     keys = keys[keys["example_id"].isin(order.index)].reset_index(drop=True)
     idx = order.loc[keys["example_id"].to_numpy()].to_numpy()
@@ -91,14 +108,18 @@ def knowledge_tables(out: dict[str, np.ndarray], keys: pd.DataFrame, tags: dict[
     tag_cols = {k: pa.array([v] * n, pa.string()) for k, v in tags.items()}
     ts = pa.array(keys["event_timestamp"], pa.timestamp("us", tz="UTC"))
     own, every = out["own"][idx], out["all"][idx]
+    logits = {c: own[:, i] for i, c in enumerate(own_columns(tasks))}
+    logits.update({c: every.reshape(n, -1)[:, i] for i, c in enumerate(surface_columns(surfaces, tasks))})
+    nan = np.full(n, np.nan, dtype=np.float32)
+    fixed = {c: logits.pop(c, nan) for c in (*OWN_COLUMNS, *SURFACE_COLUMNS)}
     predictions = pa.table({
         "example_id": pa.array(keys["example_id"], pa.int64()),
         "user_id": pa.array(keys["user_id"], pa.int64()),
         "item_id": pa.array(keys["item_id"], pa.int64()),
-        "surface": pa.array(np.asarray(SURFACES, dtype=object)[keys["surface"].to_numpy()], pa.string()),
+        "surface": pa.array(np.asarray(list(surfaces), dtype=object)[keys["surface"].to_numpy()], pa.string()),
         "event_timestamp": ts,
-        **{c: pa.array(own[:, i], pa.float32()) for i, c in enumerate(OWN_COLUMNS)},
-        **{c: pa.array(every.reshape(n, -1)[:, i], pa.float32()) for i, c in enumerate(SURFACE_COLUMNS)},
+        **{c: pa.array(v, pa.float32()) for c, v in fixed.items()},
+        **{c: pa.array(v, pa.float32()) for c, v in logits.items()},  # the data's other surfaces
         **tag_cols,
     })
     tables = {PREDICTIONS: predictions}
@@ -141,7 +162,8 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
     started = time.perf_counter()
     out = run_teacher(teacher, loader, cfg.precision)
     seconds = time.perf_counter() - started
-    tables = knowledge_tables(out, example_keys(features_dir, shards), tags)
+    spec = loader.spec
+    tables = knowledge_tables(out, example_keys(features_dir, shards), tags, spec.surfaces, spec.tasks)
     if not cfg.embeddings:
         tables = {PREDICTIONS: tables[PREDICTIONS]}
     n = len(out["example_id"])
@@ -152,6 +174,8 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
                      "shards": shards},
         "counts": {"examples": n, **{name: t.num_rows for name, t in tables.items()}},
         "embedding_dim": int(out["user"].shape[1]) if n else 0,
+        "surfaces": list(spec.surfaces), "tasks": list(spec.tasks),
+        "columns": {"own": list(own_columns(spec.tasks)), "surfaces": list(surface_columns(spec.surfaces, spec.tasks))},
         "examples_per_s": n / seconds if seconds > 0 else 0.0,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(),
         "schema": {name: [f.name for f in t.schema] for name, t in tables.items()},

@@ -1,9 +1,11 @@
 """Multi-domain multi-task heads, two-tower embeddings, outputs and loss.
 
-Shapes: B batch, H trunk width, S surfaces, T = 2 tasks (click, conversion), E encode dim.
+Shapes: B batch, H trunk width, S surfaces (the data's: spec.surfaces), T tasks (the
+data's: spec.tasks, (click,) or (click, conversion)), E encode dim.
 
 Conversion is modelled click-then-convert: p(conv) = p(click) * p(conv | click), so
-the conversion head is defined (and trained) on every impression.
+the conversion head is defined (and trained) on every impression. Data without any
+conversion has the click task only.
 """
 
 from __future__ import annotations
@@ -52,9 +54,12 @@ class Encoded:
 
 
 def joint_log_probs(cond_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """log p and log(1 - p) of (click, conversion) from (click, conv|click) logits, (..., 2)."""
+    """log p and log(1 - p) of (click, conversion) from (click, conv|click) logits, (..., 2);
+    of click alone from (..., 1)."""
     click = cond_logits[..., CLICK]
     log_p_click = F.logsigmoid(click)
+    if cond_logits.shape[-1] == 1:
+        return log_p_click[..., None], F.logsigmoid(-click)[..., None]
     log_p_conv = (log_p_click + F.logsigmoid(cond_logits[..., CONVERSION])).clamp(max=-1e-7)
     log_p = torch.stack([log_p_click, log_p_conv], dim=-1)
     log_q = torch.stack([F.logsigmoid(-click), torch.log(-torch.expm1(log_p_conv))], dim=-1)
@@ -70,11 +75,16 @@ def multitask_loss(out: ModelOutput, labels: torch.Tensor,
                    task_weights: tuple[float, ...] = (1.0, 1.0)) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean binary cross-entropy per task on the joint probabilities.
 
-    Returns (weighted total loss (), per-task losses (T,)); labels (B, T) in {0, 1}."""
+    Returns (weighted total loss (), per-task losses (2,)); labels (B, T) in {0, 1}.
+    With the click task only, the conversion entry of the per-task losses is 0 (the
+    trainer logs both)."""
     log_p, log_q = joint_log_probs(out.cond_logits.float())
     per_task = -(labels * log_p + (1 - labels) * log_q).mean(dim=0)
     weights = torch.tensor(task_weights[: per_task.shape[0]], dtype=per_task.dtype, device=per_task.device)
-    return (per_task * weights).sum(), per_task.detach()
+    shown = per_task.detach()
+    if shown.shape[0] == 1:
+        shown = torch.cat([shown, shown.new_zeros(1)])
+    return (per_task * weights).sum(), shown
 
 
 class SurfaceTowers(nn.Module):
@@ -116,8 +126,8 @@ class MultiTaskHeads(nn.Module):
     def __init__(self, trunk_in: int, trunk_hidden: list[int], tower_hidden: list[int],
                  num_surfaces: int, num_tasks: int, dropout: float = 0.0) -> None:
         super().__init__()
-        if num_tasks != 2:
-            raise ValueError(f"num_tasks={num_tasks}: GEM heads model exactly (click, conversion)")
+        if num_tasks not in (1, 2):
+            raise ValueError(f"num_tasks={num_tasks}: GEM heads model (click,) or (click, conversion)")
         self.trunk = mlp([trunk_in, *trunk_hidden], dropout)
         self.towers = SurfaceTowers(([trunk_in, *trunk_hidden])[-1], tower_hidden, num_surfaces, num_tasks)
 
@@ -125,7 +135,7 @@ class MultiTaskHeads(nn.Module):
                 all_surfaces: bool = False) -> tuple[ModelOutput, torch.Tensor]:
         joint_BH = self.trunk(top_BX)
         cond_BST = self.towers(joint_BH)
-        cond_BST = cond_BST + F.pad(click_bias_B[:, None, None], (0, cond_BST.shape[-1] - 1))
+        cond_BST = cond_BST + F.pad(click_bias_B[:, None, None], (0, cond_BST.shape[-1] - 1))  # click only
         own = cond_BST[torch.arange(cond_BST.shape[0], device=cond_BST.device), surface_B]
         out = ModelOutput(
             logits=joint_logits(own.float()), cond_logits=own,

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from gem.data.contract import EVENT_TYPES, SURFACES, event_files
+from gem.data.contract import EVENT_TYPES, EVENTS_SCHEMA, Manifest, event_files, with_optional_columns
 from gem.features.config import FeaturesConfig
 from gem.features.vocab import Vocabularies
 
@@ -52,7 +52,14 @@ def raw_events(data_dir: Path) -> pd.DataFrame:
         table = table.set_column(table.schema.get_field_index("event_time"), "event_time",
                                  table.column("event_time").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()))
         conv = pc.fill_null(table.column("conversion_time").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()), -1)
-        tables.append(table.set_column(table.schema.get_field_index("conversion_time"), "conversion_time", conv))
+        table = table.set_column(table.schema.get_field_index("conversion_time"), "conversion_time", conv)
+        table = with_optional_columns(table)
+        # when each click became known: click_time, or the event time when null
+        known = pc.fill_null(table.column("click_time").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()),
+                             table.column("event_time"))
+        table = table.set_column(table.schema.get_field_index("click_time"), "click_time", known)
+        table = table.set_column(table.schema.get_field_index("role"), "role", pc.fill_null(table.column("role"), "both"))
+        tables.append(table.select(EVENTS_SCHEMA.names))
     frame = pa.concat_tables(tables).to_pandas()
     return frame.sort_values(["user_id", "event_time", "event_id"], kind="stable").reset_index(drop=True)
 
@@ -62,27 +69,36 @@ class BruteForce:
 
     def __init__(self, data_dir: Path, features_dir: Path, max_seq_len: int):
         self.events = raw_events(data_dir)
+        self.surfaces = list(Manifest.read(data_dir).surfaces)
         self.vocab = Vocabularies.read(features_dir)
         self.n = max_seq_len
         users, first = np.unique(self.events["user_id"].to_numpy(), return_index=True)
         self.bounds = dict(zip(users.tolist(), zip(first.tolist(), np.r_[first[1:], len(self.events)].tolist())))
 
     def history(self, user: int, t_us: int) -> pd.DataFrame:
-        """All events of ``user`` strictly before ``t_us`` (oldest first)."""
+        """All events of ``user`` strictly before ``t_us`` that may be history (role not
+        "example"), oldest first."""
         lo, hi = self.bounds[user]
         rows = self.events.iloc[lo:hi]
-        return rows[rows["event_time"] < t_us]
+        return rows[(rows["event_time"] < t_us) & (rows["role"] != "example")]
 
-    def sequence(self, user: int, t_us: int) -> dict[str, np.ndarray]:
+    @staticmethod
+    def known_clicks(h: pd.DataFrame, t_us: int) -> np.ndarray:
+        """bool: the rows of ``h`` whose click is 1 and already known at ``t_us``."""
+        return (h["click"].to_numpy() == 1) & (h["click_time"].to_numpy() < t_us)
+
+    def sequence(self, user: int, t_us: int, history_labels: bool = True) -> dict[str, np.ndarray]:
         h = self.history(user, t_us).tail(self.n)
         conv_t = h["conversion_time"].to_numpy()
         known_conversion = (h["conversion"].to_numpy() == 1) & (conv_t >= 0) & (conv_t < t_us)
+        click = self.known_clicks(h, t_us) & history_labels
+        event_type = np.array([EVENT_TYPES.index(v) + 1 for v in h["event_type"]], dtype=np.int64)
         return {
             "seq_item_id": self.vocab.ids("item_id", h["item_id"].to_numpy()).astype(np.int64),
-            "seq_event_type": np.array([EVENT_TYPES.index(v) + 1 for v in h["event_type"]], dtype=np.int64),
-            "seq_surface": np.array([SURFACES.index(v) + 1 for v in h["surface"]], dtype=np.int64),
+            "seq_event_type": np.where(~click & (event_type >= 3), 2, event_type),  # like/share shown once known
+            "seq_surface": np.array([self.surfaces.index(v) + 1 for v in h["surface"]], dtype=np.int64),
             "seq_is_ad": h["is_ad"].to_numpy().astype(np.int64) + 1,
-            "seq_action": np.where(h["click"].to_numpy() == 1, 1 + known_conversion, 0).astype(np.int64),
+            "seq_action": np.where(click, 1 + known_conversion, 0).astype(np.int64),
             "age": (t_us - h["event_time"].to_numpy()) / 1e6,
         }
 

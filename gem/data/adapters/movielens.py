@@ -105,6 +105,8 @@ def convert_movielens(raw_dir: str | Path, out_dir: str | Path) -> Manifest:
             "click": pa.array(click.astype(np.int8)),
             "conversion": pa.array(conversion.astype(np.int8)),
             "conversion_time": pa.array(event_time.where(conversion), type=EVENTS_SCHEMA.field("conversion_time").type),
+            "click_time": pa.nulls(len(ratings), EVENTS_SCHEMA.field("click_time").type),  # known at the rating
+            "role": pa.nulls(len(ratings), pa.string()),
         },
         schema=EVENTS_SCHEMA,
     )

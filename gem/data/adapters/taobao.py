@@ -14,6 +14,11 @@ Mapping (docs/data-contract.md has the rationale):
 - surface = SURFACES[category_id mod 4] (the log has no surfaces; categories stand in
   for verticals); items: category_id, advertiser unknown (0), format "image",
   objective "conversions"; users: no attributes (all null).
+- the synthetic negatives are ``role = "example"``: scored, never shown in a history
+  (the user never saw them);
+- ``label="action"`` instead: every pv is an impression (no synthetic rows) whose
+  click is the cart/fav/buy of the item by the user within ``attribution_days``,
+  known at ``click_time`` = the first such action (a delayed label); no conversion.
 - the declared window is 2017-11-25 .. 2017-12-03 in China time (UTC+8); lines outside
   it (a few early outliers) are quarantined with reason ``outside_window``.
 """
@@ -38,8 +43,11 @@ WINDOW_END = dt.datetime(2017, 12, 4, tzinfo=CHINA)
 MAX_NEGATIVES = 3
 
 
+LABELS = ("pv", "action")
+
+
 def convert_taobao(raw_csv: str | Path, out_dir: str | Path, *, seed: int = 0, negatives_per_click: int = 1,
-                   attribution_days: float = 3.0) -> Manifest:
+                   attribution_days: float = 3.0, label: str = "pv") -> Manifest:
     raw_csv, out_dir = Path(raw_csv), Path(out_dir)
     if raw_csv.is_dir():
         raw_csv = raw_csv / "UserBehavior.csv"
@@ -47,6 +55,10 @@ def convert_taobao(raw_csv: str | Path, out_dir: str | Path, *, seed: int = 0, n
         raise FileNotFoundError(f"{raw_csv}: missing; expected Taobao UserBehavior.csv")
     if not 0 <= negatives_per_click <= MAX_NEGATIVES:
         raise ValueError(f"negatives_per_click must be in [0, {MAX_NEGATIVES}], got {negatives_per_click}")
+    if label not in LABELS:
+        raise ValueError(f"label must be one of {LABELS}, got {label!r}")
+    if label == "action":
+        negatives_per_click = 0
     report = AdapterReport(source=str(raw_csv))
     start_s, end_s = int(WINDOW_START.timestamp()), int(WINDOW_END.timestamp())
     rows = read_delimited(
@@ -81,7 +93,11 @@ def convert_taobao(raw_csv: str | Path, out_dir: str | Path, *, seed: int = 0, n
     rng = np.random.default_rng(seed)
     popularity = pv["item_id"].value_counts()
     pool, weights = popularity.index.to_numpy(), popularity.to_numpy(dtype=float)
-    frames = [_impressions(pv, conv_time, item_category, clicked=True, event_id=pv["line"] * 4)]
+    if label == "action":  # the pv is the exposure; cart/fav/buy within the window is the (delayed) click
+        frames = [_impressions(pv, None, item_category, clicked=conv_time.notna().to_numpy(), event_id=pv["line"] * 4,
+                               click_time=conv_time)]
+    else:
+        frames = [_impressions(pv, conv_time, item_category, clicked=True, event_id=pv["line"] * 4)]
     for j in range(1, negatives_per_click + 1):
         negative_items = rng.choice(pool, size=len(pv), p=weights / weights.sum())
         same = negative_items == pv["item_id"].to_numpy()
@@ -106,6 +122,9 @@ def convert_taobao(raw_csv: str | Path, out_dir: str | Path, *, seed: int = 0, n
             "conversion": pa.array(events_df["conversion"].to_numpy(np.int8)),
             "conversion_time": pa.array(pd.to_datetime(events_df["conversion_time"], unit="s", utc=True),
                                         type=EVENTS_SCHEMA.field("conversion_time").type, from_pandas=True),
+            "click_time": pa.array(pd.to_datetime(events_df["click_time"], unit="s", utc=True),
+                                   type=EVENTS_SCHEMA.field("click_time").type, from_pandas=True),
+            "role": pa.array(events_df["role"].to_numpy(), pa.string(), from_pandas=True),
         },
         schema=EVENTS_SCHEMA,
     )
@@ -131,17 +150,26 @@ def convert_taobao(raw_csv: str | Path, out_dir: str | Path, *, seed: int = 0, n
         source="Alibaba Tianchi UserBehavior",
         window_start=WINDOW_START.astimezone(dt.timezone.utc).isoformat(),
         window_end=WINDOW_END.astimezone(dt.timezone.utc).isoformat(),
-        description="pv = clicked ad impression; cart/fav/buy later = conversion; sampled unclicked impressions",
+        description=("pv = ad impression; click = cart/fav/buy within the attribution window, known at that time"
+                     if label == "action" else
+                     "pv = clicked ad impression; cart/fav/buy later = conversion; sampled unclicked impressions"),
         extra={"negatives_per_click": negatives_per_click, "seed": seed, "attribution_days": attribution_days,
-               "synthetic_negatives": "event_id % 4 != 0"},
+               "label": label, "synthetic_negatives": "event_id % 4 != 0 (role example: never in a history)"},
     )
     return finish_dataset(out_dir, manifest, events, users, items, report)
 
 
-def _impressions(pv: pd.DataFrame, conv_time: pd.Series | None, item_category: pd.Series, *, clicked: bool,
-                 event_id: pd.Series) -> pd.DataFrame:
+def _impressions(pv: pd.DataFrame, conv_time: pd.Series | None, item_category: pd.Series, *, clicked,
+                 event_id: pd.Series, click_time: pd.Series | None = None) -> pd.DataFrame:
     category = item_category.reindex(pv["item_id"].to_numpy()).fillna(0).to_numpy(np.int64)
     converted = conv_time.notna().to_numpy() if conv_time is not None else np.zeros(len(pv), bool)
+    clicked = np.broadcast_to(np.asarray(clicked, dtype=bool), (len(pv),))
+    synthetic = not clicked.any() and click_time is None
+    if click_time is not None:  # null where equal to the event time (known at once) or unclicked
+        delayed = clicked & (click_time.to_numpy(dtype=float) > pv["timestamp"].to_numpy(dtype=float))
+        click_time = np.where(delayed, click_time.to_numpy(dtype=float), np.nan)
+    else:
+        click_time = np.full(len(pv), np.nan)
     return pd.DataFrame(
         {
             "event_id": event_id.to_numpy(np.int64),
@@ -149,8 +177,10 @@ def _impressions(pv: pd.DataFrame, conv_time: pd.Series | None, item_category: p
             "item_id": pv["item_id"].to_numpy(np.int64),
             "surface": np.asarray(SURFACES, dtype=object)[category % len(SURFACES)],
             "timestamp": pv["timestamp"].to_numpy(np.int64),
-            "click": np.full(len(pv), int(clicked), np.int8),
+            "click": clicked.astype(np.int8),
             "conversion": converted.astype(np.int8),
             "conversion_time": conv_time.to_numpy(dtype=float) if conv_time is not None else np.full(len(pv), np.nan),
+            "click_time": click_time,
+            "role": np.full(len(pv), "example" if synthetic else None, dtype=object),
         }
     )
