@@ -59,3 +59,48 @@ def split_windows(data: str | Path, *, student_days: int = 1, holdout_days: int 
         start = _midnight(days[first])
     return Windows(start=start, teacher_end=_midnight(teacher_end), student_end=_midnight(student_end),
                    end=manifest.end.isoformat())
+
+
+# -- explicit splits from outside: time cut points or a file of example ids -------------
+
+SPLIT_PARTS = ("train", "validation", "test")
+
+
+def quantile_cuts(times_us, quantiles=(0.8, 0.9)) -> list[int]:
+    """Cut points (us) of a global time split at ``quantiles`` of example time (the
+    peers' protocol: train < cut[0] <= validation < cut[1] <= test)."""
+    import numpy as np
+
+    times = np.sort(np.asarray(times_us, dtype=np.int64))
+    if not len(times):
+        raise ValueError("no example times to cut")
+    return [int(times[min(int(q * len(times)), len(times) - 1)]) for q in quantiles]
+
+
+def assign_split(example_id, time_us, *, cuts: list[int] | None = None, ids_file: str | Path | None = None):
+    """object (N,): the part ("train", "validation", "test", or "" = unused) of each
+    example, from time ``cuts`` (one cut: train/test; two: train/validation/test) or a
+    file of example ids (Parquet or CSV with columns ``example_id`` and ``part``)."""
+    import numpy as np
+    import pandas as pd
+
+    example_id = np.asarray(example_id, dtype=np.int64)
+    if (cuts is None) == (ids_file is None):
+        raise ValueError("give exactly one of cuts (time cut points) or ids_file (example ids per part)")
+    if cuts is not None:
+        cuts = sorted(int(c) for c in cuts)
+        if len(cuts) not in (1, 2):
+            raise ValueError(f"cuts: one or two time cut points, got {cuts}")
+        names = ("train", "test") if len(cuts) == 1 else SPLIT_PARTS
+        return np.asarray(names, dtype=object)[np.searchsorted(cuts, np.asarray(time_us, np.int64), side="right")]
+    path = Path(ids_file)
+    frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    if not {"example_id", "part"} <= set(frame.columns):
+        raise ValueError(f"{path}: needs columns example_id and part (one of {SPLIT_PARTS})")
+    bad = sorted(set(frame["part"]) - set(SPLIT_PARTS))
+    if bad:
+        raise ValueError(f"{path}: unknown part(s) {bad}; parts are {SPLIT_PARTS}")
+    if frame["example_id"].duplicated().any():
+        raise ValueError(f"{path}: an example id is listed twice")
+    part = pd.Series(frame["part"].to_numpy(), index=frame["example_id"].astype(np.int64).to_numpy())
+    return part.reindex(example_id).fillna("").to_numpy(dtype=object)

@@ -38,6 +38,8 @@ def coerce(array: pa.ChunkedArray | pa.Array, target: pa.DataType, *, file: str,
     if pat.is_dictionary(array.type):
         array = array.dictionary_decode()
     source = array.type
+    if pat.is_null(source):  # a column with no value at all (e.g. an all-null optional column)
+        return pa.nulls(len(array), pa.int64() if pat.is_integer(target) else target), np.zeros(len(array), bool)
     if pat.is_integer(target):
         coerced, bad = _to_int(array, source, file, column)
     elif pat.is_boolean(target):

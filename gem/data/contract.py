@@ -195,5 +195,6 @@ def with_optional_columns(table: pa.Table) -> pa.Table:
     """``table`` with every optional event column the file lacks added as nulls."""
     for name in OPTIONAL_EVENT_COLUMNS:
         if name not in table.column_names:
-            table = table.append_column(EVENTS_SCHEMA.field(name), pa.nulls(table.num_rows, EVENTS_SCHEMA.field(name).type))
+            fld = EVENTS_SCHEMA.field(name)
+            table = table.append_column(fld, pa.nulls(table.num_rows, fld.type))
     return table

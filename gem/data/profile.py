@@ -24,7 +24,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gem.data.contract import (
-    ITEM_ATTRIBUTES, ITEMS_FILE, USER_ATTRIBUTES, USERS_FILE, Manifest, TIMESTAMP, event_files,
+    ITEM_ATTRIBUTES,
+    ITEMS_FILE,
+    TIMESTAMP,
+    USER_ATTRIBUTES,
+    USERS_FILE,
+    Manifest,
+    event_files,
 )
 
 US_PER_DAY = 86_400_000_000
@@ -88,7 +94,8 @@ def profile_dataset(data_dir: str | Path, *, end_us: int | None = None) -> DataP
     days: set[int] = set()
     for path in event_files(data_dir):
         names = set(pq.ParquetFile(path).schema_arrow.names)
-        cols = [c for c in ("surface", "is_ad", "click", "conversion", "event_time", "click_time", "role") if c in names]
+        wanted = ("surface", "is_ad", "click", "conversion", "event_time", "click_time", "role")
+        cols = [c for c in wanted if c in names]
         table = pq.read_table(path, columns=cols)
         t = table.column("event_time").cast(TIMESTAMP).cast(pa.int64()).to_numpy(zero_copy_only=False)
         keep = np.ones(len(t), bool) if end_us is None else t < end_us

@@ -9,7 +9,8 @@ Row reasons (one per row: the first rule it breaks, in this order):
 ``invalid_utf8:<col>`` (bytes that are not UTF-8 in a string column), ``null:<col>``, ``unknown_surface``, ``unknown_event_type``,
 ``unknown_role``, ``bad_label:<col>``, ``outside_window``, ``wrong_day_partition``,
 ``conversion_without_click``, ``conversion_on_organic``, ``missing_conversion_time``,
-``conversion_before_event``, ``click_before_event``, ``conversion_before_click``, ``ad_event_type``, ``unknown_user``, ``unknown_item``,
+``conversion_before_event``, ``click_before_event``, ``conversion_before_click``,
+``ad_event_type``, ``unknown_user``, ``unknown_item``,
 ``is_ad_mismatch``, ``duplicate_event_id``; for users/items: ``wrong_type:<col>``,
 ``null:<key>``, ``duplicate_<key>``.
 
@@ -37,10 +38,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gem.data.coerce import coerce, printable_rows
-from gem.data.io import claim_dataset_output, write_json_atomic, write_parquet_atomic
 from gem.data.contract import (
     AD_EVENT_TYPE,
-    ROLES,
     DAY_PARTITION,
     EVENTS_DIR,
     EVENTS_SCHEMA,
@@ -48,12 +47,14 @@ from gem.data.contract import (
     ITEMS_SCHEMA,
     MANIFEST,
     PRIMARY_KEYS,
+    ROLES,
     USERS_FILE,
     USERS_SCHEMA,
     ContractError,
     Manifest,
     event_files,
 )
+from gem.data.io import claim_dataset_output, write_json_atomic, write_parquet_atomic
 
 log = logging.getLogger(__name__)
 

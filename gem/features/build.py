@@ -27,23 +27,23 @@ import shutil
 import time
 from pathlib import Path
 
-from gem.utils.outputs import claim_output, json_format
-from gem.utils.pool import process_pool
 from gem.data.batch import FeatureSpec
-from gem.data.contract import EVENT_TYPES, MANIFEST, Manifest, parse_utc
+from gem.data.contract import EVENT_TYPES, MANIFEST, TASKS, Manifest, parse_utc
 from gem.data.profile import profile_dataset
 from gem.features.config import FeaturesConfig
 from gem.features.feast_repo import apply, copy_repo, resolve_repo
 from gem.features.feast_sources import export
+from gem.features.jobs import shard_job, stage_job
 from gem.features.plan import PLAN_FILE, WORK_DIR, BuildPlan, dataset_days, day_start_us, to_us, window_days
 from gem.features.report import build_report, log_to_mlflow, read_report, report_warnings
 from gem.features.segments import FORMAT
 from gem.features.shards import DENSE_FEATURES, SPARSE_FEATURES, list_shards, read_stats
-from gem.features.jobs import shard_job, stage_job
 from gem.features.staging import group_days
-from gem.features.validation import checked_dataset
 from gem.features.storage import dir_bytes, dir_digest, dumps, file_digest, write_json_atomic
+from gem.features.validation import checked_dataset
 from gem.features.vocab import VOCAB_DIR, VOCAB_NAMES, Vocabularies, build_vocabularies
+from gem.utils.outputs import claim_output, json_format
+from gem.utils.pool import process_pool
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,11 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
         example_days=window_days(start_us, end_us, cfg.days_per_shard), days_per_shard=cfg.days_per_shard,
         max_seq_len=cfg.max_seq_len, num_buckets=cfg.num_buckets, include_organic=cfg.include_organic,
         feast_repo=str(resolve_repo(cfg.feast_repo)),
-        surfaces=profile.surfaces, tasks=profile.tasks,
+        # the data's surfaces; tasks stay (click, conversion) while the students' model has
+        # two fixed outputs (students/model.py): without conversions that label is all 0 and
+        # its metrics are left out (no positive). The GEM heads, loader and knowledge take
+        # the data's tasks (profile.tasks, recorded in the manifest) as they are.
+        surfaces=profile.surfaces, tasks=list(TASKS),
     )
     vocab = Vocabularies.read(Path(cfg.vocab_from)) if cfg.vocab_from else build_vocabularies(
         data_dir, end_us, cfg.min_count)
@@ -178,6 +182,7 @@ def _manifest(plan, cfg, spec, keys, stats, window) -> dict:
     return {
         "format": FORMAT,
         "dataset": {"name": source.name, "source": source.source, "surfaces": list(source.surfaces),
+                    "data_surfaces": list(plan.surfaces), "data_tasks": profile_dataset(Path(plan.data_dir)).tasks,
                     "manifest_sha256": file_digest(Path(plan.data_dir) / MANIFEST)},
         "window": window,
         "spec": spec.to_dict(),

@@ -43,7 +43,14 @@ from gem.data.batch import Batch, FeatureSpec
 from gem.data.contract import MANIFEST
 from gem.features.jagged import ragged_arange
 from gem.features.segments import (
-    BEFORE_COLUMNS, FORMAT, NO_CLICK_TIME, US_PER_S, Segment, SegmentCache, read_examples, read_segment,
+    BEFORE_COLUMNS,
+    FORMAT,
+    NO_CLICK_TIME,
+    US_PER_S,
+    Segment,
+    SegmentCache,
+    read_examples,
+    read_segment,
 )
 from gem.features.shards import DENSE_FEATURES, dense_features
 from gem.features.storage import dir_bytes

@@ -9,7 +9,8 @@ in exactly one segment. Layout of ``OUT/shards/b003-2026-01-05/``:
 - ``history.parquet``, one row per event of the segment, ordered by (user_id,
   event_time, event_id): ``item`` (dense id), ``code`` (event_type + 5 surface +
   5 is_ad + 10 click + 20 hidden + 40 surface, int16; the staged codes, 0 = unknown;
-  hidden = a row with role "example", stored for its own example, never in a history), ``gap_s`` (whole seconds since the
+  hidden = a row with role "example", stored for its own example, never in a history),
+  ``gap_s`` (whole seconds since the
   user's previous event in the segment; on a user's first event of the segment, seconds
   since the start of the shard's (first) day, negative for events before it) and
   ``conversion_time`` (us, null without conversion), ``click_time`` (us, when a click

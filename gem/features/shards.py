@@ -33,7 +33,15 @@ from gem.data.contract import ITEM_ATTRIBUTES, USER_ATTRIBUTES
 from gem.features.jagged import run_starts
 from gem.features.plan import BuildPlan, ShardKey
 from gem.features.segments import (
-    ATTRIBUTE_FEATURES, ENCODINGS, EXAMPLES_FILE, FORMAT, HISTORY_FILE, STATS_FILE, US_PER_S, USERS_FILE, pack_codes,
+    ATTRIBUTE_FEATURES,
+    ENCODINGS,
+    EXAMPLES_FILE,
+    FORMAT,
+    HISTORY_FILE,
+    STATS_FILE,
+    US_PER_S,
+    USERS_FILE,
+    pack_codes,
     ref_second,
 )
 from gem.features.staging import ATTRIBUTE_COLUMNS, NO_CONVERSION, read_staged

@@ -10,7 +10,8 @@ event_id), with categorical columns already encoded:
     click int8, conversion int8, conversion_time int64 (us; NO_CONVERSION when null),
     click_known int64 (us: when the click label became known: click_time, or
     event_time when null), hidden int8 (1: role "example", never in a history),
-    example bool (an example of the window: role not "history"), and one int32 dense-id column per static attribute (``attr_<name>``,
+    example bool (an example of the window: role not "history"), and one int32
+    dense-id column per static attribute (``attr_<name>``,
     fetched from Feast point-in-time as of the example's time; 0 on non-example rows)
 
 Attributes are fetched here, one Feast retrieval per group of days for the examples
@@ -28,7 +29,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gem.data.contract import (
-    EVENT_TYPES, EVENTS_DIR, ITEM_ATTRIBUTES, OPTIONAL_EVENT_COLUMNS, TIMESTAMP, USER_ATTRIBUTES, ContractError,
+    EVENT_TYPES,
+    EVENTS_DIR,
+    ITEM_ATTRIBUTES,
+    OPTIONAL_EVENT_COLUMNS,
+    TIMESTAMP,
+    USER_ATTRIBUTES,
+    ContractError,
     with_optional_columns,
 )
 from gem.features.attributes import attribute_ids, fetch_attributes
@@ -59,7 +66,8 @@ def read_day(data_dir: Path, day: str) -> pa.Table:
     for path in files:
         try:
             present = set(pq.ParquetFile(path).schema_arrow.names)
-            table = pq.read_table(path, columns=[c for c in EVENT_COLUMNS if c in present or c not in OPTIONAL_EVENT_COLUMNS])
+            wanted = [c for c in EVENT_COLUMNS if c in present or c not in OPTIONAL_EVENT_COLUMNS]
+            table = pq.read_table(path, columns=wanted)
             tables.append(with_optional_columns(table).select(EVENT_COLUMNS))
         except (pa.ArrowInvalid, KeyError) as exc:
             raise ContractError(f"{path}: cannot read event columns {EVENT_COLUMNS} ({exc})") from exc

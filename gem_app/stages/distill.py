@@ -146,4 +146,4 @@ def distill_plan(ctx: str, surfaces: list[str], available: list[str], **job) -> 
     missing = sorted(set(surfaces) - set(available))
     if missing:
         raise ValueError(f"surfaces {missing} are not in this dataset; it has {sorted(available)}")
-    return [{"ctx": ctx, "surface": s, **job} for s in surfaces]
+    return [{"ctx": ctx, "surface": s, **job} for s in (surfaces or available)]  # default: the data's surfaces

@@ -3,6 +3,7 @@ copy (bad rows quarantined with their reason), and cut the protocol's time windo
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,12 +62,23 @@ def validate(data: str, out: str, report_dir: str, ctx: RunContext, max_quaranti
     return report
 
 
-def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, student_days: int = 1,
-           holdout_days: int = 1, teacher_days: int = 0) -> IngestResult:
-    """A rerun reuses the result only when the dataset's bytes (or the simulator's
-    config) and the protocol are unchanged."""
-    from gem.data.contract import Manifest
+def check_surfaces(data: str, surfaces: list[str] | None) -> list[str]:
+    """The surfaces to plan for: ``surfaces`` when the dataset has events on each (else a
+    SurfaceError naming the surfaces it has, before any work), or all of the data's."""
+    from gem.data.profile import profile_dataset
 
+    return profile_dataset(data).require_surfaces(surfaces)
+
+
+def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, student_days: int = 1,
+           holdout_days: int = 1, teacher_days: int = 0, surfaces: list[str] | None = None) -> IngestResult:
+    """A rerun reuses the result only when the dataset's bytes (or the simulator's
+    config) and the protocol are unchanged. ``surfaces`` (asked for) are checked against
+    the data first: a surface it lacks fails here, before any work."""
+    from gem.data.profile import profile_dataset
+
+    if data and surfaces:
+        check_surfaces(data, surfaces)
     ws = Path(workspace)
     protocol = {"student_days": student_days, "holdout_days": holdout_days, "teacher_days": teacher_days}
     source = {"data": tree_digest(data)} if data else {"simulator": sim_preset}
@@ -78,7 +90,10 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
         simulate(data, sim_preset, ctx)
     report = validate(data, str(ws / "clean"), str(ws / "validation"), ctx)
     windows = split_windows(ws / "clean", **protocol)
-    manifest = Manifest.read(ws / "clean")
+    profile = profile_dataset(ws / "clean")  # the surfaces with events, in manifest order
+    profile.require_surfaces(surfaces)
+    for warning in profile.warnings:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     # the features directories of the three windows (paths are decided here: kfp.local
     # does not resolve f-strings of pipeline parameters passed into sub-pipelines)
     result = IngestResult(
@@ -86,7 +101,7 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
         features={name: str(ws / "features" / name) for name in WINDOW_NAMES},
         summary=report.summary(), quarantined_fraction=report.quarantined_fraction,
         events=report.processed_rows.get("events", 0),
-        surfaces=list(manifest.surfaces))
+        surfaces=list(profile.surfaces))
     reuse.put(result.as_dict())
     figure("events", result.events)
     figure("quarantined", f"{result.quarantined_fraction:.2%}")

@@ -58,7 +58,8 @@ def raw_events(data_dir: Path) -> pd.DataFrame:
         known = pc.fill_null(table.column("click_time").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()),
                              table.column("event_time"))
         table = table.set_column(table.schema.get_field_index("click_time"), "click_time", known)
-        table = table.set_column(table.schema.get_field_index("role"), "role", pc.fill_null(table.column("role"), "both"))
+        role = pc.fill_null(table.column("role"), "both")
+        table = table.set_column(table.schema.get_field_index("role"), "role", role)
         tables.append(table.select(EVENTS_SCHEMA.names))
     frame = pa.concat_tables(tables).to_pandas()
     return frame.sort_values(["user_id", "event_time", "event_id"], kind="stable").reset_index(drop=True)

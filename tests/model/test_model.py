@@ -5,8 +5,14 @@ import torch
 
 from gem.data.batch import synthetic_batch
 from gem.model import (
-    GEM, DLRMBaseline, ModelConfig, build_model, count_parameters, forward_flops_per_example,
-    load_model_config, multitask_loss,
+    GEM,
+    DLRMBaseline,
+    ModelConfig,
+    build_model,
+    count_parameters,
+    forward_flops_per_example,
+    load_model_config,
+    multitask_loss,
 )
 from gem.model.attention import jagged_self_attention
 from gem.model.jagged import gather_recent, keep_recent, offsets_of, prepend_tokens
@@ -160,3 +166,22 @@ def test_config_errors_carry_value_and_rule(spec):
 def test_presets_load(preset):
     cfg = load_model_config(preset)
     assert cfg.embedding_dim >= 16 and cfg.num_layers >= 1
+
+
+def test_heads_and_loss_take_the_click_task_alone():
+    """Data without conversions: a spec with tasks ["click"] gives (B, 1) logits, a finite
+    loss and the (2,) per-task losses the trainer logs (conversion 0)."""
+    import dataclasses
+
+    from gem.data.batch import FeatureSpec, synthetic_batch
+    from gem.model.heads import multitask_loss
+
+    spec = FeatureSpec(sparse={"user_id": 50, "item_id": 60}, sequence={"seq_item_id": 60, "seq_action": 3},
+                       dense=["a", "b"], max_seq_len=16, surfaces=["search"], tasks=["click"])
+    model = build_model(load_model_config("tiny"), spec)
+    batch = synthetic_batch(spec, 8)
+    out = model(batch, all_surfaces=True)
+    assert out.logits.shape == (8, 1) and out.all_logits.shape == (8, 1, 1)
+    loss, per_task = multitask_loss(out, batch.labels)
+    assert torch.isfinite(loss) and per_task.shape == (2,) and per_task[1] == 0
+    assert dataclasses.asdict(spec)["surfaces"] == ["search"]
