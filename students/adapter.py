@@ -47,8 +47,9 @@ class StudentAdapter(nn.Module):
         """Fit every (surface, task) head on ``table`` (the newest window, see ``newest``)."""
         if len(table) == 0:
             raise ValueError("the adapter's newest window has no impressions")
-        self.fit_window = {"start_us": int(table.event_time_us.min()), "end_us": int(table.event_time_us.max()),
-                           "examples": len(table)}
+        lo, hi = table.window_us or (int(table.event_time_us.min()), int(table.event_time_us.max()) + 1)
+        self.fit_window = {"start_us": int(lo), "end_us": int(hi), "first_us": int(table.event_time_us.min()),
+                           "last_us": int(table.event_time_us.max()), "examples": len(table)}
         known = torch.isfinite(table.teacher_logits).all(dim=1)
         for s in range(self.num_surfaces):
             rows = (table.surface == s) & known
@@ -108,10 +109,12 @@ class StudentAdapter(nn.Module):
 
 
 def newest(table: StudentTable, periods: int, period_days: float) -> StudentTable:
-    """The rows in the last ``periods`` periods of the table's time span."""
-    end = int(table.event_time_us.max())
-    span_us = int(periods * period_days * 86_400 * 1e6)
-    # periods are aligned to the window's end (its last impression's day end)
-    day_us = int(period_days * 86_400 * 1e6)
-    window_end = (end // day_us + 1) * day_us
-    return table.subset(table.event_time_us >= window_end - span_us)
+    """The rows in the last ``periods`` periods of the table's window: ``[end - periods *
+    period_days, end)`` where ``end`` is the table's window end (``window_us``), or just
+    after its last impression when it carries no window. Periods are counted back from
+    the window's own end, never aligned to multiples of ``period_days`` from the epoch."""
+    end = table.window_us[1] if table.window_us else int(table.event_time_us.max()) + 1
+    span_us = int(round(periods * period_days * 86_400 * 1e6))
+    out = table.subset((table.event_time_us >= end - span_us) & (table.event_time_us < end))
+    out.window_us = (end - span_us, end)
+    return out

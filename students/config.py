@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gem.data.contract import SURFACES
-
 SHARING_MODES = ("off", "frozen", "finetune")
 
 
@@ -34,6 +32,9 @@ class StudentModelConfig:
     cross_rank: int = 4
     mlp_hidden: list[int] = field(default_factory=lambda: [32, 16])
     surface_input: bool = False  # a surface embedding (multi-surface domain models only)
+    # capacity-matched baselines: learned user_id and item_id embeddings of this width
+    # each, as wide as the teacher embeddings a representation-transfer student reads
+    extra_id_dim: int = 0
 
 
 @dataclass(kw_only=True)
@@ -63,7 +64,8 @@ class RepresentationConfig:
 @dataclass(kw_only=True)
 class HierarchicalConfig:
     weight: float = 0.0  # 0 disables; the student's soft target is the domain model
-    domains: dict[str, list[str]] = field(default_factory=lambda: {"all": list(SURFACES)})
+    # domain -> its surfaces; {} = two domains, the first and second half of the data's surfaces
+    domains: dict[str, list[str]] = field(default_factory=dict)
     kd_weight: float = 0.5  # the domain model's own distillation from GEM
     use_adapter: bool = True  # the domain model learns from adapter targets when available
     model: StudentModelConfig = field(default_factory=lambda: StudentModelConfig(
@@ -93,10 +95,9 @@ class TransferConfig:
             if t <= 0:
                 raise ValueError(f"transfer.{name}={t} must be > 0")
         for domain, surfaces in self.hierarchical.domains.items():
-            unknown = sorted(set(surfaces) - set(SURFACES))
-            if unknown or not surfaces:
+            if not surfaces or not all(isinstance(s, str) and s for s in surfaces):  # checked against the data's
                 raise ValueError(f"transfer.hierarchical.domains[{domain!r}]={surfaces}: surfaces must be a "
-                                 f"non-empty subset of {SURFACES}")
+                                 f"non-empty list of the data's surface names")
         if self.adapter.newest_periods < 1:
             raise ValueError(f"transfer.adapter.newest_periods={self.adapter.newest_periods} must be >= 1")
         return self
@@ -119,24 +120,55 @@ class OptimConfig:
     lr: float = 3e-3
     weight_decay: float = 0.0
     batch_size: int = 256
-    epochs: int = 3
+    epochs: int = 3  # the most epochs; with a validation table and patience > 0, early stopping
+    patience: int = 0  # epochs without a better validation loss before stopping (0: no early stopping)
+
+
+@dataclass(kw_only=True)
+class KnowledgeReadConfig:
+    # cadence of the knowledge job that writes teacher embeddings to the online store: a
+    # student reads them as of the last materialization before the request ("1d", "6h",
+    # ...); "impression" reads the row just before each impression (a labelled upper bound)
+    refresh_every: str = "1d"
+
+
+def refresh_interval(text: str):
+    """``"1d"`` / ``"6h"`` / ``"30m"`` -> timedelta; ``"impression"`` / ``"0"`` -> None."""
+    import datetime as dt
+
+    text = str(text).strip().lower()
+    if text in ("impression", "0", "", "none"):
+        return None
+    units = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+    if text[-1] not in units:
+        raise ValueError(f"knowledge.refresh_every={text!r}: use e.g. 1d, 6h, 30m or 'impression'")
+    value = dt.timedelta(**{units[text[-1]]: float(text[:-1])})
+    if value <= dt.timedelta(0):
+        raise ValueError(f"knowledge.refresh_every={text!r} must be positive (or 'impression')")
+    return value
 
 
 @dataclass(kw_only=True)
 class DistillConfig:
-    surfaces: list[str] = field(default_factory=lambda: list(SURFACES))
+    surfaces: list[str] = field(default_factory=list)  # [] = every surface of the data (spec.surfaces)
     student: StudentModelConfig = field(default_factory=StudentModelConfig)
     transfer: TransferConfig = field(default_factory=TransferConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    knowledge: KnowledgeReadConfig = field(default_factory=KnowledgeReadConfig)
     seed: int = 0
     period_days: float = 1.0  # length of one "period" (the adapter's newest window unit)
+    # >0: the last validation_days of the student window are held out of training (and of
+    # the adapter's fit) for early stopping and model selection
+    validation_days: float = 0.0
     tracking_uri: str = ""  # "": sqlite:///<out>/mlflow.db
     experiment: str = "gem-distill"
     register: bool = True  # register each student in the MLflow model registry
 
     def validate(self) -> "DistillConfig":
-        unknown = sorted(set(self.surfaces) - set(SURFACES))
-        if unknown:
-            raise ValueError(f"surfaces {unknown} are not in the contract's {SURFACES}")
+        if not all(isinstance(s, str) and s for s in self.surfaces):  # checked against the data's in distill
+            raise ValueError(f"surfaces {self.surfaces} must be surface names of the data")
         self.transfer.validate()
+        refresh_interval(self.knowledge.refresh_every)
+        if self.validation_days < 0 or self.optim.patience < 0:
+            raise ValueError("validation_days and optim.patience must be >= 0")
         return self

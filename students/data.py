@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from gem.data.batch import FeatureSpec
-from gem.features.loader import FeatureLoader
-from gem.knowledge.generate import OWN_COLUMNS, SURFACE_COLUMNS
+from gem.data.contract import SURFACES, TASKS
+from gem.features.loader import FeatureLoader, read_manifest
+from gem.knowledge.generate import own_columns, surface_columns
 from gem.knowledge.windows import example_keys
 from students.config import StudentModelConfig
 from students.model import StudentInputs
@@ -38,6 +39,12 @@ class StudentTable:
     teacher_all: torch.Tensor | None = None  # float32 (N, S, T)
     teacher_emb: torch.Tensor | None = None  # float32 (N, E)
     teacher_version: str = ""
+    # [start_us, end_us) of the time window the rows were cut from (the features build's
+    # window, or a split of it): the adapter's "newest periods" end at end_us
+    window_us: tuple[int, int] | None = None
+    # the data's surfaces and tasks (the features spec): what surface ids and label columns mean
+    surfaces: tuple[str, ...] = SURFACES
+    tasks: tuple[str, ...] = TASKS
 
     def __len__(self) -> int:
         return int(self.surface.shape[0])
@@ -98,8 +105,26 @@ def load_table(features_dir: str | Path, cfg: StudentModelConfig, *, shards: lis
         event_time_us=torch.from_numpy(time_us.astype(np.int64)),
         user_raw=torch.from_numpy(keys["user_id"].to_numpy().astype(np.int64)),
         item_raw=torch.from_numpy(keys["item_id"].to_numpy().astype(np.int64)),
+        surfaces=tuple(spec.surfaces), tasks=tuple(spec.tasks),
     )
+    window = read_manifest(features_dir).get("window") or {}
+    if window.get("start") and window.get("end"):
+        table.window_us = (_us(window["start"]), _us(window["end"]))
     return table, spec
+
+
+def _us(iso: str) -> int:
+    from gem.data.contract import parse_utc
+
+    return int(round(parse_utc(iso).timestamp() * 1e6))
+
+
+def split_at(table: StudentTable, at_us: int) -> tuple[StudentTable, StudentTable]:
+    """(rows before ``at_us``, rows from ``at_us``), each with its own window."""
+    lo, hi = table.window_us or (int(table.event_time_us.min()), int(table.event_time_us.max()) + 1)
+    before, after = table.subset(table.event_time_us < at_us), table.subset(table.event_time_us >= at_us)
+    before.window_us, after.window_us = (lo, at_us), (at_us, hi)
+    return before, after
 
 
 def keys_frame(table: StudentTable):
@@ -113,16 +138,23 @@ def keys_frame(table: StudentTable):
 
 
 def attach_knowledge(table: StudentTable, repo_dir: str | Path, *, predictions: bool = True,
-                     embeddings: bool = True) -> StudentTable:
+                     embeddings: bool = True, refresh_every: str = "1d") -> StudentTable:
     """The table with the teacher's knowledge from the Feast repo (point-in-time). Rows
-    the teacher never scored keep NaN logits (the losses skip them)."""
+    the teacher never scored keep NaN logits (the losses skip them). Embeddings are read
+    as of the last materialization before each impression (``refresh_every``, the
+    knowledge cadence; ``"impression"``: the row just before it, an upper bound)."""
     from gem.knowledge.feast import historical_knowledge
+    from students.config import refresh_interval
 
-    frame = historical_knowledge(repo_dir, keys_frame(table), predictions=predictions, embeddings=embeddings)
+    frame = historical_knowledge(repo_dir, keys_frame(table), predictions=predictions, embeddings=embeddings,
+                                 refresh_every=refresh_interval(refresh_every))
     out = replace(table)
     if predictions:
-        own = frame[list(OWN_COLUMNS)].to_numpy(dtype=np.float32)
-        every = frame[list(SURFACE_COLUMNS)].to_numpy(dtype=np.float32).reshape(len(frame), -1, 2)
+        surfaces, tasks = table.surfaces, table.tasks
+        # columns the Feast view does not declare (a surface outside its fixed vocabulary) read as unknown (NaN)
+        own = frame.reindex(columns=list(own_columns(tasks))).to_numpy(dtype=np.float32)
+        every = frame.reindex(columns=list(surface_columns(surfaces, tasks))).to_numpy(dtype=np.float32).reshape(
+            len(frame), -1, len(tasks))
         out.teacher_logits, out.teacher_all = torch.from_numpy(own), torch.from_numpy(every)
         versions = sorted({v for v in frame["teacher_version"] if isinstance(v, str)})
         out.teacher_version = ",".join(versions)

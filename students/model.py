@@ -64,7 +64,14 @@ class VerticalStudent(nn.Module):
         # teacher embeddings are standardised with the training window's statistics
         self.register_buffer("emb_mean", torch.zeros(teacher_emb_dim))
         self.register_buffer("emb_std", torch.ones(teacher_emb_dim))
-        in_dim = (len(self.keys) + 1 + int(cfg.surface_input)) * dim + num_dense + teacher_emb_dim
+        # capacity-matched baselines: own user/item embeddings as wide as the teacher's
+        extra = int(getattr(cfg, "extra_id_dim", 0) or 0)
+        self.extra = nn.ModuleDict({k: nn.Embedding(max(int(cardinalities[k]), 1), extra)
+                                    for k in ("user_id", "item_id") if extra and k in cardinalities})
+        for table in self.extra.values():
+            nn.init.normal_(table.weight, std=0.05)
+        in_dim = ((len(self.keys) + 1 + int(cfg.surface_input)) * dim + num_dense + teacher_emb_dim
+                  + extra * len(self.extra))
         self.in_dim = in_dim
         self.cross = nn.ModuleList(LowRankCross(in_dim, cfg.cross_rank) for _ in range(cfg.cross_layers))
         self.mlp = mlp([in_dim, *cfg.mlp_hidden], last_activation=True)
@@ -77,6 +84,8 @@ class VerticalStudent(nn.Module):
         mask_Bh = (x.history > 0).to(hist_BhD.dtype)
         pooled = (hist_BhD * mask_Bh[..., None]).sum(1) / mask_Bh.sum(1, keepdim=True).clamp(min=1.0)
         parts += [pooled, x.dense]
+        for k, table in self.extra.items():
+            parts.append(table(x.sparse[:, self.keys.index(k)]))
         if self.surface_embedding is not None:
             parts.append(self.surface_embedding(x.surface))
         if self.teacher_emb_dim:

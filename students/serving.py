@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gem.data.contract import ITEM_ATTRIBUTES, SURFACES, USER_ATTRIBUTES
+from gem.data.contract import ITEM_ATTRIBUTES, USER_ATTRIBUTES
 from gem.features.feast_repo import open_store
 from gem.features.vocab import Vocabularies
 from students.model import StudentInputs, VerticalStudent
@@ -46,9 +46,10 @@ class Scorer:
                  cache_items: bool = False) -> None:
         self.model = model.eval()
         vocab = Vocabularies.read(Path(vocab_dir))
-        self.maps = {name: {v: i + 1 for i, v in enumerate(values.to_pylist())} for name, values in vocab.values.items()}
+        self.maps = {name: {v: i + 1 for i, v in enumerate(values.to_pylist())}
+                     for name, values in vocab.values.items()}
         self.keys = list(model.keys)
-        self.surface = SURFACES.index(surface)
+        self.surface = _surface_index(vocab_dir, surface)
         self.h = model.cfg.history_len
         self.dense_names = list(model.cfg.dense_features)
         self.emb_half = model.teacher_emb_dim // 2
@@ -150,7 +151,8 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
             "mean_ms": float(ms.mean()), "requests": len(samples)}
 
 
-def _requests(users: list[int], items: list[int], count: int, candidates: int, seed: int) -> list[tuple[int, list[int]]]:
+def _requests(users: list[int], items: list[int], count: int, candidates: int,
+              seed: int) -> list[tuple[int, list[int]]]:
     """Seeded (user, candidates) requests, the same for every path measured."""
     rng = np.random.default_rng(seed)
     return [(int(rng.choice(users)), [int(i) for i in rng.choice(items, candidates, replace=len(items) < candidates)])
@@ -239,3 +241,13 @@ def latency_benchmark(result: dict, cfg, work: Path, *, requests: int, candidate
     finally:
         torch.set_num_threads(threads)
     return out
+
+
+def _surface_index(features_dir: str | Path, surface: str) -> int:
+    """Index of ``surface`` among the data's surfaces (the features manifest's spec)."""
+    from gem.features.loader import load_feature_spec
+
+    surfaces = list(load_feature_spec(features_dir).surfaces)
+    if surface not in surfaces:
+        raise ValueError(f"surface {surface!r} not in the data; it has {surfaces}")
+    return surfaces.index(surface)

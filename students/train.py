@@ -18,13 +18,33 @@ from students.losses import SoftTarget, distill_loss
 from students.model import VerticalStudent
 
 
+@torch.no_grad()
+def label_loss(model: VerticalStudent, table: StudentTable, batch_size: int = 8192) -> float:
+    """Mean label-only loss (the joint click / click-and-conversion log loss) of the model
+    on a table: the validation criterion, the same for every arm (no soft targets)."""
+    from students.losses import _hard_rows
+
+    model.eval()
+    total = 0.0
+    for lo in range(0, len(table), batch_size):
+        sl = slice(lo, lo + batch_size)
+        total += float(_hard_rows(model(table.inputs(sl)), table.labels[sl]).sum())
+    return total / max(len(table), 1)
+
+
 def train_student(model: VerticalStudent, table: StudentTable, optim: OptimConfig, *, seed: int,
-                  soft_targets: list[SoftTarget] | None = None, desc: str = "student") -> list[float]:
-    """Train in place; returns the mean loss of each epoch."""
+                  soft_targets: list[SoftTarget] | None = None, desc: str = "student",
+                  valid: StudentTable | None = None) -> list[float]:
+    """Train in place; returns the mean loss of each epoch. With ``valid`` (rows after
+    the training rows, never evaluation rows), the label loss on it is measured after
+    every epoch, the weights of the best epoch are kept, and with ``optim.patience`` > 0
+    training stops after that many epochs without improvement (``model.selection``
+    records the best epoch and its validation loss)."""
     terms = [t for t in (soft_targets or []) if t.weight > 0]
     for t in terms:
         if t.probs.shape != table.labels.shape:
-            raise ValueError(f"soft target {t.name}: shape {tuple(t.probs.shape)} != labels {tuple(table.labels.shape)}")
+            raise ValueError(f"soft target {t.name}: shape {tuple(t.probs.shape)} != "
+                             f"labels {tuple(table.labels.shape)}")
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=optim.lr, weight_decay=optim.weight_decay)
     gen = torch.Generator().manual_seed(seed)
@@ -32,7 +52,8 @@ def train_student(model: VerticalStudent, table: StudentTable, optim: OptimConfi
     history = []
     model.train()
     bar = Progress(optim.epochs * -(-n // optim.batch_size), desc, unit="batch")
-    for _ in range(optim.epochs):
+    best, best_state, best_epoch, since = float("inf"), None, -1, 0
+    for epoch in range(optim.epochs):
         order = torch.randperm(n, generator=gen)
         total, count = 0.0, 0
         for lo in range(0, n, optim.batch_size):
@@ -46,7 +67,20 @@ def train_student(model: VerticalStudent, table: StudentTable, optim: OptimConfi
             count += len(idx)
             bar.update()
         history.append(total / max(count, 1))
+        if valid is not None and len(valid):
+            loss_v = label_loss(model, valid)
+            model.train()
+            if loss_v < best:
+                best, best_epoch, since = loss_v, epoch, 0
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            else:
+                since += 1
+                if optim.patience and since >= optim.patience:
+                    break
     bar.close()
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.selection = {"best_epoch": best_epoch, "valid_loss": best, "epochs_run": len(history)}
     model.eval()
     return history
 

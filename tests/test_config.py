@@ -11,7 +11,8 @@ from gem.data.simulate import SimulatorConfig
 def test_layers_in_priority_order(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("users: 111\ndays: 2\n")
-    cfg = load_config(SimulatorConfig, section="simulator", preset="tiny", path=path, overrides=["days=9", "ad_rate_by_surface=[0.1, 0.1, 0.1, 0.1]"])
+    cfg = load_config(SimulatorConfig, section="simulator", preset="tiny", path=path,
+                      overrides=["days=9", "ad_rate_by_surface=[0.1, 0.1, 0.1, 0.1]"])
     assert (cfg.users, cfg.days, cfg.items) == (111, 9, 600)  # file > preset, override > file
     assert cfg.ad_rate_by_surface == (0.1, 0.1, 0.1, 0.1)
     assert flatten(cfg)["users"] == 111

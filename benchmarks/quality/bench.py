@@ -46,7 +46,6 @@ import numpy as np
 import torch
 
 from benchmarks.results import bench_tracking, log_comparison_run, print_table, shared_data, write_result
-from gem.data.contract import SURFACES
 
 SHARED = shared_data()
 DATASETS = ("simulator", "movielens100k", "taobao")
@@ -147,7 +146,9 @@ def run_trainer(arch: str, train_dir: Path, eval_dir: Path, args, tracking_uri: 
            "calibration": metrics.get("calibration/all/click", float("nan")),
            "steps": metrics.get("steps", 0), "epochs": args.epochs,
            "config": f"train={args.train_preset} model={args.model_preset} batch={args.batch_size}"}
-    for surface in SURFACES:
+    from gem.features.loader import load_feature_spec
+
+    for surface in load_feature_spec(train_dir).surfaces:  # the data's surfaces
         if f"auc/{surface}/click" in metrics:
             out[f"auc_{surface}"] = metrics[f"auc/{surface}/click"]
             out[f"ne_{surface}"] = metrics.get(f"ne/{surface}/click", float("nan"))
@@ -175,7 +176,9 @@ def surface_wins(gem: dict, baseline: dict) -> dict:
     """Per surface, whether GEM beats the baseline on click AUC and on NE (lower is better),
     with the margins (GEM minus baseline), on the seed means."""
     wins = {}
-    for surface in SURFACES:
+    surfaces = [k[len("auc_"):] for k in gem if k.startswith("auc_") and not k.endswith("_std")
+                and isinstance(gem[k], float)]
+    for surface in surfaces:
         keys = (f"auc_{surface}", f"ne_{surface}")
         if all(k in gem and k in baseline for k in keys):
             wins[surface] = {"auc": bool(gem[keys[0]] > baseline[keys[0]]),

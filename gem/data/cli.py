@@ -76,7 +76,6 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from gem.data.validate import validate_dataset
-
     from gem.utils.outputs import OutputFolderError
 
     try:

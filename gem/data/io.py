@@ -13,7 +13,6 @@ import pyarrow.parquet as pq
 
 from gem.data.contract import EVENTS_SCHEMA, day_dir, with_optional_columns
 
-
 DATASET_KIND = "dataset"
 
 

@@ -32,8 +32,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gem.utils.pool import process_pool
-from gem.data.io import claim_dataset_output, write_parquet_atomic
 from gem.data.contract import (
     EVENTS_SCHEMA,
     ITEMS_FILE,
@@ -44,6 +42,8 @@ from gem.data.contract import (
     Manifest,
     day_dir,
 )
+from gem.data.io import claim_dataset_output, write_parquet_atomic
+from gem.utils.pool import process_pool
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,8 @@ def _simulate_chunk(cfg: SimulatorConfig, w: _World, users: dict[str, np.ndarray
     daily_centred = daily - daily.mean(axis=1, keepdims=True)
     shift_centred = surface_shift - surface_shift.mean(axis=2, keepdims=True)
     scale = np.sqrt(cfg.interest_scale**2 + cfg.surface_interest_scale**2)
-    match = (daily_centred.ravel()[group_ud * k + topic] + shift_centred.reshape(-1)[(u_local * n_surf + surface) * k + topic]) / scale
+    match = (daily_centred.ravel()[group_ud * k + topic]
+             + shift_centred.reshape(-1)[(u_local * n_surf + surface) * k + topic]) / scale
     click_logit = (
         cfg.click_bias
         + cfg.click_match_weight * match

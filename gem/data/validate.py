@@ -6,7 +6,8 @@ never hold the contract type) raises ContractError naming the file and column.
 
 Row reasons (one per row: the first rule it breaks, in this order):
 ``wrong_type:<col>`` (a value that does not convert: an id beyond int64 too),
-``invalid_utf8:<col>`` (bytes that are not UTF-8 in a string column), ``null:<col>``, ``unknown_surface``, ``unknown_event_type``,
+``invalid_utf8:<col>`` (bytes that are not UTF-8 in a string column), ``null:<col>``, ``unknown_surface``,
+``unknown_event_type``,
 ``unknown_role``, ``bad_label:<col>``, ``outside_window``, ``wrong_day_partition``,
 ``conversion_without_click``, ``conversion_on_organic``, ``missing_conversion_time``,
 ``conversion_before_event``, ``click_before_event``, ``conversion_before_click``,
@@ -184,7 +185,8 @@ def validate_dataset(path: str | Path, *, report_dir: str | Path | None = None,
     for file in files:
         raw = _read(file, root, EVENTS_SCHEMA)
         n = raw.num_rows
-        events, row_reason = _check_events(raw, file, root, manifest, user_ids, item_index, duplicate[offset: offset + n])
+        events, row_reason = _check_events(raw, file, root, manifest, user_ids, item_index,
+                                           duplicate[offset: offset + n])
         offset += n
         bad = np.flatnonzero(row_reason != "")
         quarantine.add("events", str(file.relative_to(root)), raw, bad, row_reason[bad].tolist())

@@ -141,7 +141,8 @@ def finalize_build(plan: BuildPlan, cfg: FeaturesConfig, *, previous_report: str
     names = {k.name for k in keys}
     missing = [k.name for k in keys if not (plan.shards_dir / k.name / "stats.json").is_file()]
     if missing:
-        raise RuntimeError(f"{plan.shards_dir}: shards not built yet: {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        more = " ..." if len(missing) > 5 else ""
+        raise RuntimeError(f"{plan.shards_dir}: shards not built yet: {missing[:5]}{more}")
     for stale in plan.shards_dir.iterdir():
         if stale.name not in names:  # another window's shard or a dead temp dir
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
@@ -178,7 +179,8 @@ def _manifest(plan, cfg, spec, keys, stats, window) -> dict:
     source = Manifest.read(Path(plan.data_dir))
     digest = hashlib.sha256(dumps({"spec": spec.to_dict(), "window": window, "vocab": vocab_digests,
                                    "shards": [(s["name"], s["sha256"]) for s in shards]}).encode()).hexdigest()
-    config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("workers", "keep_work", "feast_repo", "vocab_from")}
+    config = {k: v for k, v in dataclasses.asdict(cfg).items()
+              if k not in ("workers", "keep_work", "feast_repo", "vocab_from")}
     return {
         "format": FORMAT,
         "dataset": {"name": source.name, "source": source.source, "surfaces": list(source.surfaces),
@@ -194,7 +196,8 @@ def _manifest(plan, cfg, spec, keys, stats, window) -> dict:
         "bytes": {"total": total_bytes, "per_example": total_bytes / examples if examples else 0.0,
                   "materialized_per_example": (seq_elements * MATERIALIZED_ELEMENT_BYTES / examples
                                                if examples else 0.0)},
-        "vocab": {"sha256": vocab_digests, "cardinality": {n: len(v) + 1 for n, v in Vocabularies.read(out).values.items()}},
+        "vocab": {"sha256": vocab_digests,
+                  "cardinality": {n: len(v) + 1 for n, v in Vocabularies.read(out).values.items()}},
         "digest": digest,
     }
 

@@ -10,10 +10,10 @@ registry alone.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import importlib
 import shutil
 import sys
-import datetime as dt
 from pathlib import Path
 
 from feast import Entity, FeatureService, FeatureStore, FeatureView, FileSource

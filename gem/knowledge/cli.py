@@ -20,7 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--model", required=True,
                      help="teacher: a run/model folder, runs:/<id>/model or models:/<name>[/<version>|@<alias>]")
     gen.add_argument("--data", required=True, type=Path, help="features directory (the window)")
-    gen.add_argument("--out", required=True, type=Path, help="output knowledge folder: new, empty or an earlier knowledge output (replaced atomically); any other folder is refused")
+    gen.add_argument("--out", required=True, type=Path,
+                     help="output knowledge folder: new, empty or an earlier knowledge output (replaced "
+                          "atomically); any other folder is refused")
     gen.add_argument("--start", help="only shards whose day is >= start (ISO-8601 UTC)")
     gen.add_argument("--end", help="only shards whose day starts before end")
     gen.add_argument("--tracking-uri", default=None, help="MLflow tracking URI for runs:/ and models:/ URIs")

@@ -5,9 +5,16 @@ repo (feature_repo/knowledge.py) and read them back point-in-time.
     register_knowledge(repo, [knowledge_a, knowledge_b])   # teacher_*.parquet, feast apply
     frame = historical_knowledge(repo, keys)               # per impression, point-in-time
 
-Point-in-time semantics: predictions join on the impression itself; embeddings join
-on the latest row *strictly before* the impression (``embedding_lag``, default 1 s), i.e.
-the embedding a batch job had already written to the store when the request came.
+Point-in-time semantics: predictions join on the impression itself (they are training
+targets, written by the batch job over the whole student window before any student
+trains, and never served). Embeddings are inputs at request time, so they are read as a
+student would read them: with ``refresh_every`` (the knowledge cadence, e.g. one day),
+the latest row written *before the last materialization at or before the request*
+(materializations at multiples of ``refresh_every`` from midnight UTC, 1970-01-01);
+a request at 15:00 with a daily cadence sees what the midnight job wrote, never a row of
+its own day. ``refresh_every=None`` is the per-impression variant (the latest row
+``embedding_lag`` before the impression): a teacher running continuously beside the
+request, an upper bound no batch job reaches.
 """
 
 from __future__ import annotations
@@ -23,7 +30,12 @@ import pyarrow.parquet as pq
 from gem.features.feast_repo import DEFAULT_REPO, apply, copy_repo, open_store
 from gem.features.storage import write_parquet_atomic
 from gem.knowledge.generate import (
-    ITEM_EMBEDDING, OWN_COLUMNS, PREDICTIONS, SURFACE_COLUMNS, USER_EMBEDDING, read_knowledge_manifest,
+    ITEM_EMBEDDING,
+    OWN_COLUMNS,
+    PREDICTIONS,
+    SURFACE_COLUMNS,
+    USER_EMBEDDING,
+    read_knowledge_manifest,
 )
 
 SOURCE_FILES = {PREDICTIONS: "teacher_predictions.parquet", USER_EMBEDDING: "teacher_user_embedding.parquet",
@@ -66,13 +78,28 @@ def _stack(values: pd.Series, dim: int) -> np.ndarray:
     return out
 
 
+def materialized_at(timestamps: pd.Series, refresh_every: dt.timedelta | None,
+                    embedding_lag: dt.timedelta = dt.timedelta(seconds=1)) -> pd.Series:
+    """The newest knowledge time a request at each timestamp can see: the last
+    materialization at or before it (``refresh_every``), minus one microsecond, since a
+    materialization at M holds rows strictly before M; or the timestamp minus
+    ``embedding_lag`` (per impression, ``refresh_every=None``)."""
+    ts = pd.to_datetime(timestamps, utc=True)
+    if refresh_every is None or refresh_every <= dt.timedelta(0):
+        return ts - embedding_lag
+    return ts.dt.floor(pd.Timedelta(refresh_every)) - pd.Timedelta(microseconds=1)
+
+
 def historical_knowledge(repo_dir: str | Path, keys: pd.DataFrame, *, predictions: bool = True,
                          embeddings: bool = True, embedding_lag: dt.timedelta = dt.timedelta(seconds=1),
-                         embedding_dim: int | None = None) -> pd.DataFrame:
+                         embedding_dim: int | None = None,
+                         refresh_every: dt.timedelta | None = None) -> pd.DataFrame:
     """Point-in-time knowledge for impressions ``keys`` (example_id, user_id, item_id,
     event_timestamp), in the same row order. Columns: the teacher_logit_* floats and
-    teacher_version (NaN / None where the teacher saw no such impression) and
-    ``teacher_user_embedding`` / ``teacher_item_embedding`` as lists (zeros when absent)."""
+    teacher_version (NaN / None where the teacher saw no such impression),
+    ``teacher_user_embedding`` / ``teacher_item_embedding`` as lists (zeros when absent),
+    and ``knowledge_as_of`` (the newest embedding time the request could see; see
+    ``materialized_at``)."""
     store = open_store(repo_dir)
     base = keys[["example_id", "user_id", "item_id", "event_timestamp"]].reset_index(drop=True).copy()
     base["_row"] = np.arange(len(base))
@@ -85,7 +112,8 @@ def historical_knowledge(repo_dir: str | Path, keys: pd.DataFrame, *, prediction
             result[c] = df[c].to_numpy()
     if embeddings:
         entity = base[["user_id", "item_id", "event_timestamp", "_row"]].copy()
-        entity["event_timestamp"] = entity["event_timestamp"] - embedding_lag
+        entity["event_timestamp"] = materialized_at(entity["event_timestamp"], refresh_every, embedding_lag)
+        result["knowledge_as_of"] = entity["event_timestamp"].to_numpy()
         df = store.get_historical_features(entity_df=entity, features=EMBEDDING_FEATURES).to_df()
         df = df.sort_values("_row").reset_index(drop=True)
         for c in ("teacher_user_embedding", "teacher_item_embedding"):

@@ -81,7 +81,8 @@ def run_teacher(teacher: Teacher, loader: FeatureLoader, precision: str = "fp32"
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("example_id", "own", "all", "user", "item")}
     model = teacher.model.eval()
     for batch in loader:
-        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else torch.autocast("cpu", enabled=False)
+        ctx = (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
+               else torch.autocast("cpu", enabled=False))
         with ctx:
             own, every, user, item = teacher_outputs(model, batch)
         parts["example_id"].append(batch.example_id.numpy())
@@ -93,7 +94,8 @@ def run_teacher(teacher: Teacher, loader: FeatureLoader, precision: str = "fp32"
 def _list_column(matrix: np.ndarray) -> pa.Array:
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
     n, e = matrix.shape
-    return pa.ListArray.from_arrays(pa.array(np.arange(0, (n + 1) * e, e, dtype=np.int32)), pa.array(matrix.reshape(-1)))
+    offsets = pa.array(np.arange(0, (n + 1) * e, e, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1)))
 
 
 def knowledge_tables(out: dict[str, np.ndarray], keys: pd.DataFrame, tags: dict[str, str],
@@ -148,7 +150,8 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
     returns the manifest."""
     cfg = (cfg or KnowledgeConfig()).validate()
     local_model = [] if isinstance(model, Teacher) else [model]
-    check_output(out_dir, OUTPUT_KIND, inputs=[features_dir, *local_model], legacy=json_format(MANIFEST, "gem-knowledge/"))
+    check_output(out_dir, OUTPUT_KIND, inputs=[features_dir, *local_model],
+                 legacy=json_format(MANIFEST, "gem-knowledge/"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     teacher = model if isinstance(model, Teacher) else load_teacher(model, tracking_uri)

@@ -48,8 +48,10 @@ class InputArch(nn.Module):
         self.surface_embedding = nn.Embedding(len(spec.surfaces), dim)
         keys = list(spec.sparse)
         items = item_keys(spec, item_features)
-        self.register_buffer("item_idx", torch.tensor([keys.index(k) for k in items] or list(range(len(keys)))), persistent=False)
-        self.register_buffer("user_idx", torch.tensor([i for i, k in enumerate(keys) if k not in items]), persistent=False)
+        self.register_buffer("item_idx", torch.tensor([keys.index(k) for k in items] or list(range(len(keys)))),
+                             persistent=False)
+        self.register_buffer("user_idx", torch.tensor([i for i, k in enumerate(keys) if k not in items]),
+                             persistent=False)
         self.num_tokens = len(keys) + 2
         self.user_in_dim = (len(self.user_idx) + 1) * dim
         self.item_in_dim = len(self.item_idx) * dim

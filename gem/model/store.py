@@ -175,7 +175,8 @@ def resolve(source: str | Path, tracking_uri: str | None = None) -> tuple[Path, 
         else:
             name, _, number = rest.partition("/")
             mv = client.get_model_version(name, number)
-        version, run_id, download = f"models:/{mv.name}/{mv.version}", mv.run_id or "", f"models:/{mv.name}/{mv.version}"
+        version = download = f"models:/{mv.name}/{mv.version}"
+        run_id = mv.run_id or ""
     else:
         run_id, _, name = text[len("runs:/"):].partition("/")
         version, download = f"runs:/{run_id}", text

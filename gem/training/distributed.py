@@ -17,12 +17,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torch import nn
+from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torchrec.distributed.embedding import EmbeddingCollectionSharder
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.model_parallel import (
-    DataParallelWrapper, DefaultDataParallelWrapper, DistributedModelParallel,
+    DataParallelWrapper,
+    DefaultDataParallelWrapper,
+    DistributedModelParallel,
 )
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward

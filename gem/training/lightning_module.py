@@ -95,7 +95,8 @@ def train_lightning(features: str, out: str | Path, cfg: TrainConfig, model_cfg:
     uri = cfg.tracking_uri or f"sqlite:///{(out / 'mlflow.db').resolve()}"
     ensure_reachable(uri)  # bounded: a clear error, not minutes of MLflow retries
     logger = MLFlowLogger(experiment_name=cfg.experiment, run_name=cfg.run_name or None, tracking_uri=uri)
-    logger.log_hyperparams({k: redact(v) for k, v in {**flatten(cfg, "train."), **flatten(model_cfg, "model.")}.items()})
+    params = {**flatten(cfg, "train."), **flatten(model_cfg, "model.")}
+    logger.log_hyperparams({k: redact(v) for k, v in params.items()})
     trainer = pl.Trainer(
         max_epochs=cfg.epochs, max_steps=cfg.max_steps or -1, logger=logger, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=max(cfg.log_every, 1),

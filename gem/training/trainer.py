@@ -27,7 +27,12 @@ from gem.training.checkpoint import Checkpointer, copy_into, rng_state, set_rng_
 from gem.training.config import TrainConfig
 from gem.training.data import SYNTHETIC_PREFIX, SyntheticLoader, default_synthetic_spec, rank_slice, slice_batch
 from gem.training.distributed import (
-    DistEnv, attach_embedding_optimizer, close_distributed, init_distributed, shard_model, unwrap,
+    DistEnv,
+    attach_embedding_optimizer,
+    close_distributed,
+    init_distributed,
+    shard_model,
+    unwrap,
 )
 from gem.training.efficiency import EfficiencyMeter, cached_peak_flops, measure_peak_flops, process_start_time
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile

@@ -4,23 +4,21 @@ stage function it wraps (gem_app/stages) and its CLI verb.
 Components run in the project image (Dockerfile) with ``install_kfp_package=False``:
 kfp and the project come from the image, and locally from the project's own
 environment (kfp.local SubprocessRunner, use_venv=False). Imports sit inside the
-function bodies because kfp ships each body to its task on its own.
+function bodies because kfp ships each body to its task on its own; what the bodies
+share is ``runtime.py``. The components load on first access (``from gem_app.components
+import train``): at run time kfp's executor has a reduced ``kfp.dsl`` without the
+decorators, and a body importing ``gem_app.components.runtime`` must not define them.
 """
 
-from gem_app.components.distill import distill
-from gem_app.components.distill_plan import distill_plan
-from gem_app.components.feast_materialize import feast_materialize
-from gem_app.components.features_finalize import features_finalize
-from gem_app.components.features_plan import features_plan
-from gem_app.components.features_shard import features_shard
-from gem_app.components.gate import gate
-from gem_app.components.ingest import ingest
-from gem_app.components.knowledge import knowledge
-from gem_app.components.promote import promote
-from gem_app.components.resolve_champion import resolve_champion
-from gem_app.components.start_run import start_run
-from gem_app.components.summary import summary
-from gem_app.components.train import train
+import importlib
 
 __all__ = ["distill", "distill_plan", "feast_materialize", "features_finalize", "features_plan", "features_shard",
            "gate", "ingest", "knowledge", "promote", "resolve_champion", "start_run", "summary", "train"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        fn = getattr(importlib.import_module(f"gem_app.components.{name}"), name)
+        globals()[name] = fn  # importing the submodule set the module under the same name
+        return fn
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

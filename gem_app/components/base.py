@@ -1,4 +1,8 @@
-"""The decorator every component uses: the project image, no kfp install at run time."""
+"""The decorator every component uses: the project image, no kfp install at run time.
+
+What the component bodies share at run time lives in ``runtime.py`` (kfp's executor
+imports a reduced ``kfp.dsl``, without the decorators, so run-time code must not import
+this module)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,29 @@
-from kfp.dsl import Metrics, Output
+from kfp.dsl import Metrics, Model, Output
 
 from gem_app.components.base import component
 
 
 @component
-def distill(job: dict, metrics: Output[Metrics]) -> dict:
+def distill(job: dict, student: Output[Model], metrics: Output[Metrics]) -> dict:
     """One surface's student through the configured transfer methods (plus the
     no-teacher student for the lift); registered as a challenger version."""
-    from gem_app.stages.context import RunContext
+    import json
+
+    from gem import registry
+    from gem_app.components.runtime import run_context
     from gem_app.stages.distill import distill as run
 
     result = run(job["surface"], job["train_features"], job["eval_features"], job["feast_repo"],
-                 job["teacher_uri"], job["out"], RunContext.loads(job["ctx"]), preset=job["preset"],
+                 job["teacher_uri"], job["out"], run_context(job["ctx"]), preset=job["preset"],
                  teacher_version=job["teacher_version"])
     for who, figures in result.metrics.items():
         for key, value in figures.items():
-            metrics.log_metric(f"{who}/{key}", value)
+            metrics.log_metric(f"{who}.{key}", value)
+    for key, value in result.lift.items():
+        metrics.log_metric(f"lift.{key}", value)
+    model_uri = registry.model_uri(result.model_name, result.version)
+    with open(student.path, "w") as f:
+        json.dump({"model_uri": model_uri}, f)
+    student.metadata.update({"model_uri": model_uri, "version": result.version, "surface": result.surface,
+                             "teacher_version": result.teacher_version, "methods": result.methods})
     return result.as_dict()

@@ -1,28 +1,36 @@
 from typing import NamedTuple
 
-from kfp.dsl import Markdown, Output
+from kfp.dsl import Dataset, Markdown, Output
 
 from gem_app.components.base import component
 
 
 @component
-def ingest(ctx: str, data: str, sim_preset: str, workspace: str, student_days: int, holdout_days: int,
-           teacher_days: int, report: Output[Markdown]
-           ) -> NamedTuple("Ingested", clean=str, start=str, teacher_end=str, student_end=str, end=str,
-                           teacher_features=str, student_features=str, holdout_features=str, surfaces=list):
+def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_config: str, code_version: str,
+           workspace: str, student_days: int, holdout_days: int, teacher_days: int, clean_data: Output[Dataset],
+           report: Output[Markdown]
+           ) -> NamedTuple("Ingested", clean=str, clean_digest=str, start=str, teacher_end=str, student_end=str,
+                           end=str, teacher_features=str, student_features=str, holdout_features=str, surfaces=list):
     """Simulate a dataset when ``data`` is empty, validate it (bad rows quarantined),
-    write the clean copy to the workspace and split the time windows."""
+    write the clean copy to the workspace and split the time windows. Cache key: the
+    dataset's digest (or the simulator config's), the protocol and the code version."""
     from collections import namedtuple
 
-    from gem_app.stages.context import RunContext
+    from gem_app.components.runtime import run_context
     from gem_app.stages.ingest import ingest as run
 
-    result = run(data, workspace, sim_preset, RunContext.loads(ctx), student_days=student_days,
+    result = run(data, workspace, sim_preset, run_context(tracking), student_days=student_days,
                  holdout_days=holdout_days, teacher_days=teacher_days)
     with open(report.path, "w") as f:
         f.write(f"# Data validation\n\n```\n{result.summary}\n```\n")
+    with open(clean_data.path, "w") as f:
+        f.write(f"{result.clean}\n")
+    clean_data.metadata.update({"path": result.clean, "digest": result.data_digest, "events": result.events,
+                                "quarantined_fraction": result.quarantined_fraction, "surfaces": result.surfaces,
+                                **{f"window.{k}": v for k, v in result.windows.items()}})
     w, feats = result.windows, result.features
-    fields = ["clean", "start", "teacher_end", "student_end", "end", "teacher_features", "student_features",
-              "holdout_features", "surfaces"]
-    return namedtuple("Ingested", fields)(result.clean, w["start"], w["teacher_end"], w["student_end"], w["end"],
-                                          feats["teacher"], feats["student"], feats["holdout"], result.surfaces)
+    fields = ["clean", "clean_digest", "start", "teacher_end", "student_end", "end", "teacher_features",
+              "student_features", "holdout_features", "surfaces"]
+    return namedtuple("Ingested", fields)(result.clean, result.data_digest, w["start"], w["teacher_end"],
+                                          w["student_end"], w["end"], feats["teacher"], feats["student"],
+                                          feats["holdout"], result.surfaces)

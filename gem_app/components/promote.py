@@ -5,9 +5,9 @@ from gem_app.components.base import component
 def promote(job: dict, gated: dict) -> dict:
     """Apply the gate decision (the champion alias moves only on a win) and return the
     surface's row for the summary."""
-    from gem_app.stages.context import RunContext
+    from gem_app.components.runtime import run_context
     from gem_app.stages.gate import promote as run
 
-    outcome = run(gated["decision"], RunContext.loads(job["ctx"]))
+    outcome = run(gated["decision"], run_context(job["ctx"]))
     return {**gated["distilled"], "promoted": outcome.promoted, "champion_before": outcome.champion_before or "",
             "gate": gated["decision"]}

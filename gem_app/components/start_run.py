@@ -1,11 +1,30 @@
+from typing import NamedTuple
+
 from gem_app.components.base import component
 
 
 @component
-def start_run(pipeline_run_id: str, tracking_root: str, workspace: str, params: dict) -> str:
+def start_run(pipeline_run_id: str, tracking_root: str, workspace: str, data: str, params: dict
+              ) -> NamedTuple("Started", ctx=str, tracking=str, data_digest=str, code_version=str, sim_config=str,
+                             features_config=str, train_config=str, students_config=str):
     """Open the pipeline's parent MLflow run (local store: ``tracking_root``, by default the
-    workspace); returns the run context (JSON) every later stage nests under."""
+    workspace) and fingerprint the run's inputs. Returns the run context (JSON) for the
+    uncached steps, the stable tracking root for the cached ones, and the content keys
+    (data digest, code version, config digests) their cache keys are made of."""
+    import os
+    from collections import namedtuple
+
+    from gem_app.components.runtime import KFP_RUN_ID_ENV, KFP_RUN_TAG, fingerprint, record_active_run
     from gem_app.stages.context import RunContext, start_pipeline
 
-    ctx = RunContext(pipeline_run_id=pipeline_run_id, tracking_root=tracking_root or workspace)
-    return start_pipeline(ctx, params=params).dumps()
+    tracking = tracking_root or workspace
+    keys = fingerprint(data, params)
+    kfp_run = os.environ.get(KFP_RUN_ID_ENV, "")
+    ctx = start_pipeline(RunContext(pipeline_run_id=pipeline_run_id or kfp_run, tracking_root=tracking),
+                         params={**params, "data": data, "data_digest": keys["data"], "code_version": keys["code"]},
+                         tags={KFP_RUN_TAG: kfp_run} if kfp_run else None)
+    record_active_run(ctx)
+    fields = ["ctx", "tracking", "data_digest", "code_version", "sim_config", "features_config", "train_config",
+              "students_config"]
+    return namedtuple("Started", fields)(ctx.dumps(), tracking, keys["data"], keys["code"], keys["sim"],
+                                         keys["features"], keys["train"], keys["students"])

@@ -65,16 +65,44 @@ def score_student(model_uri: str, surface: str, eval_features: str, feast_repo: 
     """Click AUC / NE / calibration of a registered student on the surface's holdout."""
     import mlflow.pytorch
 
-    from gem.data.contract import SURFACES, TASKS
     from gem_app.stages.distill import distill_config, gate_metrics, student_tables
     from students.train import evaluate, predict
 
     cfg = distill_config(preset, surface)
     _, (holdout, _) = student_tables(cfg, None, eval_features, feast_repo)
-    part = holdout.subset(holdout.surface == SURFACES.index(surface))
+    part = holdout.subset(holdout.surface == list(holdout.surfaces).index(surface))
     model = mlflow.pytorch.load_model(model_uri, map_location="cpu")
-    metrics = evaluate(predict(model, part), part, list(SURFACES), list(TASKS))
+    metrics = evaluate(predict(model, part), part, list(holdout.surfaces), list(holdout.tasks))
     return gate_metrics({k.replace(f"/{surface}/", "/"): v for k, v in metrics.items() if f"/{surface}/" in k})
+
+
+def student_roc(model_uri: str, surface: str, eval_features: str, feast_repo: str, preset: str = "pipeline",
+                points: int = 200) -> dict[str, list[float]]:
+    """The ROC curve (click task) of a registered student on its surface's holdout, the
+    same predictions ``score_student`` scores, thinned to at most ``points`` points."""
+    import mlflow.pytorch
+    import numpy as np
+
+    from gem_app.stages.distill import GATE_TASK, distill_config, student_tables
+    from students.train import predict
+
+    cfg = distill_config(preset, surface)
+    _, (holdout, _) = student_tables(cfg, None, eval_features, feast_repo)
+    part = holdout.subset(holdout.surface == list(holdout.surfaces).index(surface))
+    model = mlflow.pytorch.load_model(model_uri, map_location="cpu")
+    task = list(holdout.tasks).index(GATE_TASK)
+    scores = predict(model, part)[:, task].detach().numpy().astype(np.float64)
+    labels = part.labels[:, task].detach().numpy() > 0.5
+    if not len(scores) or labels.all() or not labels.any():
+        return {"fpr": [], "tpr": [], "thresholds": []}
+    order = np.argsort(-scores, kind="stable")
+    scores, labels = scores[order], labels[order]
+    last = np.r_[np.flatnonzero(np.diff(scores)), len(scores) - 1]  # last index of each distinct score
+    tpr = np.cumsum(labels)[last] / labels.sum()
+    fpr = np.cumsum(~labels)[last] / (~labels).sum()
+    pick = np.unique(np.linspace(0, len(last) - 1, min(points, len(last))).round().astype(int))
+    return {"fpr": [0.0, *fpr[pick].tolist()], "tpr": [0.0, *tpr[pick].tolist()],
+            "thresholds": [1.0, *scores[last][pick].tolist()]}
 
 
 def gate(surface: str, challenger_version: str, eval_features: str, feast_repo: str, ctx: RunContext,

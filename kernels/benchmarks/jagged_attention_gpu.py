@@ -20,8 +20,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from kernels.benchmarks.results import print_table, write_result
 from kernels import jagged_attention
+from kernels.benchmarks.results import print_table, write_result
 from kernels.jagged_inputs import long_tailed_lengths, offsets_from_lengths, padding_fraction
 
 BATCH, HEADS, HEAD_DIM = 32, 4, 128

@@ -23,8 +23,8 @@ from kernels.attention_spec import (
     ACTIVATIONS,
     Spec,
     allowed_mask,
-    dropout_keep,
     bias_radius,
+    dropout_keep,
     history_lengths,
     kept_spans,
     relative_position_index,
@@ -279,7 +279,7 @@ def bucketed_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets
         masks = pb.masks(chunk)
         dq_c, dk_c, dv_c = torch.empty_like(q_c), torch.empty_like(k_c), torch.empty_like(v_c)
         for heads in _head_groups(pb.num_heads, chunk):
-            bmm_shape = lambda x: x[heads].view(-1, size, x.shape[-1])  # noqa: E731
+            bmm_shape = lambda x, heads=heads, size=size: x[heads].view(-1, size, x.shape[-1])  # noqa: E731
             s = pb.scores(q_c[heads], k_c[heads], masks, heads)
             d_weights = torch.bmm(bmm_shape(do_c), bmm_shape(v_c).transpose(1, 2))
             drop = pb.dropout_scale(chunk, heads)

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 SIZE_MULTIPLE = 8  # padded sizes are multiples of this (fewer DP states, aligned rows)
-CHUNK_OVERHEAD_SCORES = 40_000  # fixed per-chunk cost, in score elements (measured on an earlier 2-core AMD EPYC; not retuned)
+# fixed per-chunk cost, in score elements (measured on an earlier 2-core AMD EPYC; not retuned)
+CHUNK_OVERHEAD_SCORES = 40_000
 MAX_CHUNK_SCORES = 1 << 22  # 4M score elements = 16 MiB in float32 per score buffer
 
 

@@ -13,9 +13,9 @@ from kernels.triton.triton_attention_helpers import (
     activation,
     activation_grad,
     allowed_tile,
-    matmul,
     bias_grad_tile,
     bias_tile,
+    matmul,
     sequence_bounds,
 )
 

@@ -13,8 +13,8 @@ import triton.language as tl
 from kernels.triton.triton_attention_helpers import (
     activation,
     allowed_tile,
-    matmul,
     bias_tile,
+    matmul,
     sequence_bounds,
 )
 

@@ -9,8 +9,8 @@ from gem.config import load_config
 from gem.data.simulate import SimulatorConfig, simulate
 from gem.features.build import build_features
 from gem.features.config import FeaturesConfig
-from gem_app.launch import Launcher, train_args, trainjob_manifest
 from gem.registry import TEACHER_MODEL
+from gem_app.launch import Launcher, train_args, trainjob_manifest
 from gem_app.stages.context import RunContext, start_pipeline
 from gem_app.stages.train import train
 
@@ -38,14 +38,16 @@ def test_trainjob_manifest_runs_gem_train_under_the_torch_runtime():
 
 def test_train_stage_under_torchrun_registers_the_teacher(tmp_path):
     data = tmp_path / "data"
-    simulate(load_config(SimulatorConfig, section="simulator", preset="tiny", overrides=["days=3"]), data, progress=False)
+    simulate(load_config(SimulatorConfig, section="simulator", preset="tiny", overrides=["days=3"]), data,
+             progress=False)
     cfg = load_config(FeaturesConfig, section="features", preset="tiny")
     build_features(data, tmp_path / "train", cfg, window_end="2026-01-03T00:00:00+00:00")
-    cfg_eval = load_config(FeaturesConfig, section="features", preset="tiny", overrides=[f"vocab_from={tmp_path / 'train'}"])
+    cfg_eval = load_config(FeaturesConfig, section="features", preset="tiny",
+                           overrides=[f"vocab_from={tmp_path / 'train'}"])
     build_features(data, tmp_path / "eval", cfg_eval, window_start="2026-01-03T00:00:00+00:00")
     ctx = start_pipeline(RunContext(pipeline_run_id="launch-test", tracking_root=str(tmp_path)))
     result = train(str(tmp_path / "train"), str(tmp_path / "eval"), str(tmp_path / "teacher"), "tiny", ctx,
-                            overrides=["batch_size=64", "max_steps=6", "log_model=true"], launcher="torchrun:2").as_dict()
+                   overrides=["batch_size=64", "max_steps=6", "log_model=true"], launcher="torchrun:2").as_dict()
     assert result["model_version"] == "1" and result["steps"] > 0
     assert 0.0 <= result["metrics"]["eval/auc/all/click"] <= 1.0
     run = mlflow.MlflowClient().get_run(result["run_id"])

@@ -79,10 +79,11 @@ def test_worse_challenger_is_never_promoted(registry):
     assert tags["gate.decision"] == "rejected" and tags["gate.against"] == v1 and "auc" in tags["gate.feed"]
 
 
-def test_equal_or_better_challenger_is_promoted_and_thresholds_apply():
+def test_better_challenger_is_promoted_a_tie_is_not_and_thresholds_apply():
     better = {"feed": {"auc": 0.75, "ne": 0.90}}
     champion = {"feed": {"auc": 0.74, "ne": 0.91}}
     assert compare(better, champion, GateConfig())[0]
+    assert not compare(champion, champion, GateConfig())[0]  # a tie does not pass
     assert not compare(better, champion, GateConfig(min_auc_gain=0.02))[0]
     mixed = {"feed": {"auc": 0.75, "ne": 0.90}, "video": {"auc": 0.60, "ne": 1.2}}
     ref = {"feed": champion["feed"], "video": {"auc": 0.70, "ne": 0.95}}
@@ -112,3 +113,58 @@ def test_promotion_is_compare_and_set(registry):
     assert not applied.promote and "champion moved" in applied.stale
     assert str(registry.get_model_version_by_alias(name, CHAMPION).version) == a
     assert registry.get_model_version(name, b).tags["gate.decision"] == "rejected"
+
+
+def _paired_holdout(n=6000, seed=3):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 3))
+    y = (rng.random(n) < 1 / (1 + np.exp(-(1.5 * x[:, 0] + x[:, 1] - 2.0)))).astype(float)
+    users = rng.integers(0, n // 4, n)
+    return x, y, users
+
+
+def _fit_predict(x, y, features, shuffle=False):
+    labels = np.random.default_rng(9).permutation(y) if shuffle else y
+    model = LogisticRegression().fit(x[:, features], labels)
+    return model
+
+
+def test_paired_gate_refuses_a_challenger_trained_on_shuffled_labels_even_as_first_champion():
+    from gem_app.promotion import Holdout, compare_paired
+
+    x, y, _ = _paired_holdout(seed=1)
+    hx, hy, users = _paired_holdout(seed=2)
+    no_teacher = _fit_predict(x, y, [0]).predict_proba(hx[:, [0]])[:, 1]
+    shuffled = _fit_predict(x, y, [0, 1], shuffle=True).predict_proba(hx[:, [0, 1]])[:, 1]
+    good = _fit_predict(x, y, [0, 1]).predict_proba(hx[:, [0, 1]])[:, 1]
+    cfg = GateConfig(bootstrap=300)
+    refused, verdicts = compare_paired({"feed": Holdout(hy, users, shuffled, no_teacher)}, cfg, has_champion=False)
+    assert not refused and "vs no_teacher: lose" in verdicts[0].reason
+    # the old rule (no champion: auc >= min_auc) would have let a weak model through
+    assert compare({"feed": {"auc": 0.56, "ne": 1.5}}, None, GateConfig())[0]
+    assert compare_paired({"feed": Holdout(hy, users, good, no_teacher)}, cfg, has_champion=False)[0]
+    missing, why = compare_paired({"feed": Holdout(hy, users, good, None)}, cfg, has_champion=False)
+    assert not missing and "no predictions" in why[0].reason
+
+
+def test_paired_gate_refuses_a_tie_with_the_champion_and_promotes_a_real_win(registry):
+    from gem_app.promotion import Holdout, apply_decision, decide_paired
+
+    x, y, _ = _paired_holdout(seed=1)
+    hx, hy, users = _paired_holdout(seed=2)
+    no_teacher = _fit_predict(x, y, [1]).predict_proba(hx[:, [1]])[:, 1]
+    champion = _fit_predict(x, y, [0]).predict_proba(hx[:, [0]])[:, 1]
+    better = _fit_predict(x, y, [0, 1]).predict_proba(hx[:, [0, 1]])[:, 1]
+    name, cfg = "student_paired", GateConfig(bootstrap=300)
+    v1 = _register(name, x, y, flip=False, features=[0])
+    first = apply_decision(decide_paired(name, v1, {"feed": Holdout(hy, users, champion, no_teacher)}, cfg))
+    assert first.promote and first.champion_version is None
+    v2 = _register(name, x, y, flip=False, features=[0])
+    tie = decide_paired(name, v2, {"feed": Holdout(hy, users, champion.copy(), no_teacher, champion)}, cfg)
+    assert not tie.promote and "vs champion: lose" in tie.surfaces[0].reason
+    assert tie.surfaces[0].challenger["vs_champion_auc_lift"] == 0.0
+    assert not apply_decision(tie).promote
+    v3 = _register(name, x, y, flip=False, features=[0, 1])
+    win = apply_decision(decide_paired(name, v3, {"feed": Holdout(hy, users, better, no_teacher, champion)}, cfg))
+    assert win.promote and win.champion_version == v1
+    assert str(registry.get_model_version_by_alias(name, CHAMPION).version) == v3

@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from gem.data.contract import day_dir
-from gem_app.refresh.state import RefreshBusy, RefreshConfig, parse_interval, plan_cycles, read_state, refresh_lock, run_every, run_refresh
+from gem_app.refresh.state import (
+    RefreshBusy,
+    RefreshConfig,
+    parse_interval,
+    plan_cycles,
+    read_state,
+    refresh_lock,
+    run_every,
+    run_refresh,
+)
 
 D0 = dt.date(2026, 1, 1)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks.quality import baselines
-from gem import quality_bench as qb
+from benchmarks.quality import bench as qb
 
 SIM = ["--sim-users", "1000", "--sim-items", "800", "--sim-days", "4"]
 

@@ -90,7 +90,8 @@ def test_taobao_full_dataset(taobao_dataset):
     manifest = Manifest.read(taobao_dataset)
     conv = manifest.extra["conversion"]
     assert conv["reconciles"] and conv["lines"]["UserBehavior.csv"] == 84_475
-    assert conv["notes"]["impressions_from_pv"] + conv["notes"]["conversion_signals"] + sum(conv["quarantined"].values()) == 84_475
+    notes = conv["notes"]
+    assert notes["impressions_from_pv"] + notes["conversion_signals"] + sum(conv["quarantined"].values()) == 84_475
     ev = _events(taobao_dataset)
     assert 0.4 < ev.click.mean() < 0.6  # one sampled negative per click
     assert 0 < ev.conversion.mean() < 0.1

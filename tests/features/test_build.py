@@ -219,7 +219,8 @@ def test_history_is_carried_across_day_shards_not_stored_again(conv_dataset, con
 
 
 def test_pipeline_stages_rebuild_a_shard_or_build_of_an_older_layout(conv_dataset, conv_features, tmp_path):
-    from gem_app.stages.features import _finished as _finished_features, features_shard as features_shard_stage
+    from gem_app.stages.features import _finished as _finished_features
+    from gem_app.stages.features import features_shard as features_shard_stage
 
     plan = prepare_build(conv_dataset, tmp_path / "upgrade", tiny_cfg(max_seq_len=48))
     name = list_shards(plan)[0].name

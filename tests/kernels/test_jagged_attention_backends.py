@@ -6,10 +6,10 @@ stay tiny; on a CUDA machine the gpu-marked tests run it compiled at larger size
 
 import pytest
 import torch
+from jagged_attention_cases import assert_close_to_reference, make_case, run_backend
 
 import kernels.bucketed.bucketed_jagged_attention as bucketed_module
 import kernels.bucketed.planning as planning
-from jagged_attention_cases import assert_close_to_reference, make_case, run_backend
 from kernels import register_activation
 from kernels.attention_spec import ACTIVATIONS
 

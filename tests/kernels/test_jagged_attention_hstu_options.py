@@ -3,8 +3,8 @@ and the Triton launch grid for large batches."""
 
 import pytest
 import torch
-
 from jagged_attention_cases import assert_close_to_reference, make_case, run_backend
+
 from kernels import jagged_attention
 from kernels.attention_spec import allowed_mask, dropout_keep
 

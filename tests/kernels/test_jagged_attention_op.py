@@ -5,11 +5,11 @@ import inspect
 
 import pytest
 import torch
+from jagged_attention_cases import make_case, relative_error
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import kernels.attention_op as attention_op
 import kernels.bucketed.bucketed_jagged_attention as bucketed_module
-from jagged_attention_cases import make_case, relative_error
 from kernels import BACKEND_ENV_VAR, Backend, jagged_attention
 from kernels.common import select_backend
 

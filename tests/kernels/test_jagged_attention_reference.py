@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from jagged_attention_cases import make_case, reference, relative_error, run_backend
+
 from kernels.jagged_inputs import offsets_from_lengths
 from kernels.pytorch.pt_jagged_attention import pytorch_jagged_attention
 

@@ -13,7 +13,13 @@ import torch
 from gem.data.contract import TASKS
 from gem.features.loader import FeatureLoader
 from gem.knowledge.generate import (
-    ITEM_EMBEDDING, MANIFEST, OWN_COLUMNS, PREDICTIONS, SURFACE_COLUMNS, USER_EMBEDDING, generate_knowledge,
+    ITEM_EMBEDDING,
+    MANIFEST,
+    OWN_COLUMNS,
+    PREDICTIONS,
+    SURFACE_COLUMNS,
+    USER_EMBEDDING,
+    generate_knowledge,
 )
 from gem.knowledge.teacher import load_teacher, teacher_outputs
 from gem.knowledge.windows import example_keys
@@ -38,7 +44,7 @@ def test_schema_counts_and_tags(world):
     assert np.isfinite(predictions[list(OWN_COLUMNS + SURFACE_COLUMNS)].to_numpy()).all()
     # the own-surface logits are the all-surface logits at the impression's surface
     for task in TASKS:
-        own_surface = predictions.apply(lambda r: r[f"teacher_logit_{r['surface']}_{task}"], axis=1)
+        own_surface = predictions.apply(lambda r, task=task: r[f"teacher_logit_{r['surface']}_{task}"], axis=1)
         np.testing.assert_allclose(predictions[f"teacher_logit_{task}"], own_surface, rtol=1e-6)
     for name, key, column in ((USER_EMBEDDING, "user_id", "teacher_user_embedding"),
                               (ITEM_EMBEDDING, "item_id", "teacher_item_embedding")):
@@ -124,3 +130,31 @@ def test_teacher_spec_mismatch_is_refused(world, tmp_path):
     finally:
         teacher.model.spec.sparse = load_teacher(world.teacher_dir).spec.sparse
     assert not (tmp_path / "bad").exists()
+
+
+def test_embeddings_are_read_as_of_the_last_materialization(world):
+    """Daily knowledge cadence: a request reads the newest embedding written before the
+    last midnight materialization, never one of its own day; per impression is the
+    labelled upper bound that reads the row just before it."""
+    import datetime as dt
+
+    import numpy as np
+    import pandas as pd
+
+    from gem.knowledge.feast import historical_knowledge
+    from gem.knowledge.windows import example_keys
+
+    keys = example_keys(world.features["eval"]).sort_values("example_id").head(300).reset_index(drop=True)
+    daily = historical_knowledge(world.repo, keys, predictions=False, refresh_every=dt.timedelta(days=1))
+    live = historical_knowledge(world.repo, keys, predictions=False)
+    midnight = keys["event_timestamp"].dt.floor("1D")
+    assert (pd.to_datetime(daily["knowledge_as_of"], utc=True) < midnight).all()
+    users = pd.concat([pd.read_parquet(k / "user_embedding.parquet") for k in world.knowledge.values()])
+    users["event_timestamp"] = pd.to_datetime(users["event_timestamp"], utc=True)
+    for i in range(0, len(keys), 7):
+        rows = users[(users["user_id"] == keys.loc[i, "user_id"]) & (users["event_timestamp"] < midnight[i])]
+        expected = (np.asarray(rows.sort_values("event_timestamp").iloc[-1]["teacher_user_embedding"])
+                    if len(rows) else np.zeros_like(daily.loc[i, "teacher_user_embedding"]))
+        np.testing.assert_allclose(daily.loc[i, "teacher_user_embedding"], expected, rtol=1e-6)
+    changed = [not np.allclose(a, b) for a, b in zip(daily["teacher_user_embedding"], live["teacher_user_embedding"])]
+    assert any(changed)  # the per-impression read sees the same day's rows: an upper bound, not what serving gets

@@ -27,7 +27,8 @@ def _append(root, change: dict, n: int = 1) -> None:
     rows = pq.read_table(event_files(root)[0]).slice(0, n)
     rows = rows.cast(pa.schema([f.with_nullable(True) for f in rows.schema]))
     for name, value in change.items():
-        rows = rows.set_column(rows.schema.get_field_index(name), name, pa.array([value] * n, rows.schema.field(name).type))
+        column = pa.array([value] * n, rows.schema.field(name).type)
+        rows = rows.set_column(rows.schema.get_field_index(name), name, column)
     rows = rows.set_column(0, "event_id", pa.array(range(10**9, 10**9 + n), pa.int64()))
     pq.write_table(rows, day_dir(root, Manifest.read(root).start.date()) / "part-zz-bad.parquet")
 

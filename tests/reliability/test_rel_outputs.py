@@ -54,7 +54,8 @@ def test_claim_rules():
 
 def test_knowledge_generate_refuses_a_foreign_folder_and_replaces_its_own(tiny_features, tiny_teacher, tmp_path):
     from gem.knowledge.config import KnowledgeConfig
-    from gem.knowledge.generate import MANIFEST as KNOWLEDGE_MANIFEST, generate_knowledge
+    from gem.knowledge.generate import MANIFEST as KNOWLEDGE_MANIFEST
+    from gem.knowledge.generate import generate_knowledge
 
     cfg = KnowledgeConfig(batch_size=256)
     notes = tmp_path / "notes"

@@ -11,11 +11,11 @@ from tests.features.conftest import tiny_cfg
 
 @pytest.mark.parametrize("name", ["o'brien", "x'); DROP TABLE users; --", "it's'; SELECT 1; --"])
 def test_paths_with_quotes_build_the_same_features(tiny_dataset, tiny_features, tmp_path, name):
+    from gem.data.contract import Manifest
     from gem.features.build import build_features
     from gem.features.feast_sources import attribute_time, recent_behavior
-    from gem.features.vocab import build_vocabularies
     from gem.features.plan import to_us
-    from gem.data.contract import Manifest
+    from gem.features.vocab import build_vocabularies
 
     data = tmp_path / name / "data"
     shutil.copytree(tiny_dataset, data, ignore=shutil.ignore_patterns("_validation", ".gem-output"))

@@ -41,10 +41,10 @@ def tiny_world(root: Path) -> World:
     from gem.features.config import FeaturesConfig
     from gem.features.loader import FeatureLoader
     from gem.knowledge import generate_knowledge, prepare_repo, register_knowledge
-    from gem.model import load_model_config, build_model
+    from gem.model import build_model, load_model_config
+    from gem.model.store import log_model
     from gem.training.step import build_dense_optimizer, train_step
     from gem.training.trainer import export_model
-    from gem.training.tracking import MODEL_PIP_REQUIREMENTS
 
     root = Path(root)
     data = root / "data"
@@ -64,13 +64,12 @@ def tiny_world(root: Path) -> World:
     for batch in loader:
         train_step(model, batch, opt)
     teacher_dir = root / "teacher"
-    exported = export_model(model.state_dict(), model_cfg, loader.spec, teacher_dir)
+    export_model(model.state_dict(), model_cfg, loader.spec, teacher_dir)
     tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
     mlflow.set_tracking_uri(tracking_uri)
     experiment = mlflow.create_experiment("transfer-tests", artifact_location=(root / "mlartifacts").as_uri())
     with mlflow.start_run(experiment_id=experiment, run_name="teacher") as run:
-        mlflow.pytorch.log_model(exported, name="model", serialization_format="pickle",
-                                 pip_requirements=MODEL_PIP_REQUIREMENTS)
+        log_model(teacher_dir / "model", name="model")
     version = mlflow.register_model(f"runs:/{run.info.run_id}/model", TEACHER_NAME).version
     teacher_uri = f"models:/{TEACHER_NAME}/{version}"
     knowledge = {}

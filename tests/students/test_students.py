@@ -244,7 +244,8 @@ def test_distill_cli_registers_students(world, tmp_path):
 
     out = tmp_path / "run"
     assert main(["distill", "run", "--train", str(world.features["student"]), "--eval", str(world.features["eval"]),
-                 "--repo", str(world.repo), "--out", str(out), "--set", "transfer.kd.weight=0.5",
+                 "--repo", str(world.repo), "--out", str(out), "--teacher", world.teacher_uri,
+                 "--set", "transfer.kd.weight=0.5",
                  "--set", "surfaces=[feed]", "--set", "optim.epochs=1"]) == 0
     client = mlflow.MlflowClient(f"sqlite:///{(out / 'mlflow.db').resolve()}")
     mv = client.get_model_version("student-feed", "1")

@@ -87,11 +87,13 @@ def finish_dataset(out_dir: Path, manifest: Manifest, events: pa.Table, users: p
     write_events_by_day(events, out_dir)
     quarantine = pa.Table.from_pylist(
         report.quarantine_rows,
-        schema=pa.schema([("source_file", pa.string()), ("line", pa.int64()), ("raw", pa.string()), ("reason", pa.string())]),
+        schema=pa.schema([("source_file", pa.string()), ("line", pa.int64()), ("raw", pa.string()),
+                          ("reason", pa.string())]),
     )
     write_parquet_atomic(quarantine, out_dir / CONVERSION_DIR / "quarantine.parquet")
     summary = {k: v for k, v in asdict(report).items() if k != "quarantine_rows"}
-    summary |= {"reconciles": report.reconciles, "events": events.num_rows, "users": users.num_rows, "items": items.num_rows}
+    summary |= {"reconciles": report.reconciles, "events": events.num_rows, "users": users.num_rows,
+                "items": items.num_rows}
     write_json_atomic(summary, out_dir / CONVERSION_DIR / "report.json")
     manifest.extra = dict(manifest.extra, conversion=summary)
     manifest.write(out_dir)

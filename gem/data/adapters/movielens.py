@@ -81,7 +81,8 @@ def convert_movielens(raw_dir: str | Path, out_dir: str | Path) -> Manifest:
     users = pa.table(
         {
             "user_id": pa.array(users_raw["user_id"].to_numpy(np.int64)),
-            "age_bucket": pa.array(np.asarray(AGE_LABELS, dtype=object)[np.searchsorted(AGE_EDGES, users_raw["age"], side="right")]),
+            "age_bucket": pa.array(np.asarray(AGE_LABELS, dtype=object)[
+                np.searchsorted(AGE_EDGES, users_raw["age"], side="right")]),
             "gender": pa.array(users_raw["gender"].str.lower()),
             "country": pa.array("US-" + zip_region),
             "device": pa.nulls(len(users_raw), pa.string()),
@@ -99,7 +100,8 @@ def convert_movielens(raw_dir: str | Path, out_dir: str | Path) -> Manifest:
             "user_id": pa.array(ratings["user_id"].to_numpy(np.int64)),
             "item_id": pa.array(ratings["item_id"].to_numpy(np.int64)),
             "is_ad": pa.array(np.ones(len(ratings), bool)),
-            "surface": pa.array(surface_of_item.reindex(ratings["item_id"].to_numpy()).fillna(DEFAULT_SURFACE).to_numpy()),
+            "surface": pa.array(
+                surface_of_item.reindex(ratings["item_id"].to_numpy()).fillna(DEFAULT_SURFACE).to_numpy()),
             "event_time": pa.array(event_time, type=EVENTS_SCHEMA.field("event_time").type),
             "event_type": pa.array(["impression"] * len(ratings)),
             "click": pa.array(click.astype(np.int8)),

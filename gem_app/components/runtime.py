@@ -1,0 +1,81 @@
+"""How a cached task finds the pipeline run it belongs to, and the content keys of a
+run's inputs (imported by the component bodies at run time).
+
+Caching keys on content: a cacheable task takes the stable ``tracking`` root, content
+digests (data, config, code version) and upstream versions, never the run-unique run
+context (its parent MLflow run id would make every key unique). When such a task
+does run, ``run_context`` finds the pipeline's parent MLflow run outside the cache
+key: on a cluster from the KFP run id every task reads from its pod label
+(``GEM_KFP_RUN_ID``, settings.py), which ``start_run`` tagged the parent run with;
+under kfp.local from the record ``start_run`` left beside the MLflow store (a local
+run holds the workspace lock, so there is one active run per workspace).
+"""
+
+from __future__ import annotations
+
+import os
+
+KFP_RUN_ID_ENV = "GEM_KFP_RUN_ID"
+KFP_RUN_TAG = "gem.kfp_run_id"
+ACTIVE_RUN = ".runs/active.json"
+
+
+def record_active_run(ctx) -> None:
+    """Called by start_run: the parent run for the cached tasks of this local run."""
+    from pathlib import Path
+
+    from gem.utils.atomic import write_text
+
+    write_text(ctx.dumps(), Path(ctx.tracking_root) / ACTIVE_RUN)
+
+
+def run_context(tracking: str):
+    """This pipeline run's RunContext (parent MLflow run included), found outside the
+    task's inputs; a context without a parent when there is none to find."""
+    import json
+    from pathlib import Path
+
+    from gem import tracking as gem_tracking
+    from gem_app.stages.context import RunContext
+
+    stable = RunContext(pipeline_run_id="", tracking_root=tracking)
+    kfp_run = os.environ.get(KFP_RUN_ID_ENV, "")
+    if kfp_run:
+        import mlflow
+
+        stable.configure()
+        runs = mlflow.search_runs(experiment_names=[stable.experiment], output_format="list", max_results=1,
+                                  filter_string=f"tags.`{KFP_RUN_TAG}` = '{kfp_run}'")
+        if runs:
+            run = runs[0]
+            return RunContext(pipeline_run_id=run.data.tags.get(gem_tracking.TAG_PIPELINE_RUN, kfp_run),
+                              tracking_root=tracking, parent_run_id=run.info.run_id, experiment=stable.experiment)
+        return RunContext(pipeline_run_id=kfp_run, tracking_root=tracking)
+    path = Path(tracking) / ACTIVE_RUN
+    if path.is_file():
+        return RunContext(**json.loads(path.read_text()))
+    return stable
+
+
+def fingerprint(data: str, presets: dict) -> dict:
+    """Content keys of one run's inputs: the dataset's digest ("" when simulated), the
+    code version and a digest of each resolved config preset (the simulator's "" when
+    the run reads a given dataset: it plays no part then)."""
+    from gem.config import flatten, load_config
+    from gem.data.simulate import SimulatorConfig
+    from gem.features.config import FeaturesConfig
+    from gem.training.config import load_train_config
+    from gem.utils.digest import code_version, tree_digest, value_digest
+    from gem_app.stages.distill import distill_config
+
+    train, model = load_train_config(presets["train_preset"], [])
+    configs = {
+        "sim": flatten(load_config(SimulatorConfig, section="simulator", preset=presets["sim_preset"])),
+        "features": flatten(load_config(FeaturesConfig, section="features", preset=presets["features_preset"])),
+        "train": {**flatten(train), **flatten(model)},
+        "students": flatten(distill_config(presets["student_preset"])),
+    }
+    keys = {k: value_digest(v) for k, v in configs.items()}
+    if data:
+        keys["sim"] = ""
+    return {"data": tree_digest(data) if data else "", "code": code_version(), **keys}
