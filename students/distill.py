@@ -39,6 +39,9 @@ class StudentResult:
     selection: dict = field(default_factory=dict)  # best epoch, validation label loss, epochs run
     eval_index: torch.Tensor | None = None  # positions of this surface's rows in the eval table
     eval_probs: torch.Tensor | None = None  # (n_eval, T) the student's probabilities on them
+    # the student's size as built (sharing sets embedding_dim to the teacher's): parameters,
+    # embedding_dim, extra_id_dim, teacher-embedding input width
+    size: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -67,6 +70,34 @@ def build_student(cfg: StudentModelConfig, spec, table: StudentTable, *, represe
         model.emb_mean.copy_(emb.mean(0))
         model.emb_std.copy_(emb.std(0).clamp(min=1e-3))
     return model
+
+
+def capacity_matched(cfg: DistillConfig, *, teacher_emb_width: int = 0, teacher_embedding_dim: int = 0
+                     ) -> DistillConfig:
+    """The no-teacher student as large as ``cfg``'s transfer student: with representation
+    transfer, learned user and item embeddings as wide as the teacher's (the same input
+    width); with parameter sharing, the teacher's embedding_dim. Otherwise the plain
+    no-teacher student."""
+    from dataclasses import replace
+
+    from students.config import TransferConfig
+
+    tr, changes = cfg.transfer, {}
+    if tr.representation.enabled:
+        if teacher_emb_width <= 0:
+            raise ValueError("capacity_matched: representation transfer needs the teacher-embedding width")
+        changes["extra_id_dim"] = teacher_emb_width // 2
+    if tr.sharing != "off":
+        if teacher_embedding_dim <= 0:
+            raise ValueError("capacity_matched: parameter sharing needs the teacher's embedding_dim")
+        changes["embedding_dim"] = teacher_embedding_dim
+    return replace(cfg, student=replace(cfg.student, **changes), transfer=TransferConfig())
+
+
+def student_size(model: VerticalStudent) -> dict:
+    return {"parameters": int(sum(p.numel() for p in model.parameters())),
+            "embedding_dim": int(model.cfg.embedding_dim), "extra_id_dim": int(model.cfg.extra_id_dim),
+            "teacher_emb_dim": int(model.teacher_emb_dim)}
 
 
 def _require(table: StudentTable, what: str, needed: bool, name: str) -> None:
@@ -134,6 +165,9 @@ def distill(train: StudentTable, eval_table: StudentTable | None, spec, cfg: Dis
 
         end = train.window_us[1] if train.window_us else int(train.event_time_us.max()) + 1
         train, valid = split_at(train, end - int(round(cfg.validation_days * 86_400e6)))
+        if not len(train) or not len(valid):
+            raise ValueError(f"validation_days={cfg.validation_days} leaves {len(train)} training and {len(valid)} "
+                             f"validation rows in the student window {train.window_us[0]}..{valid.window_us[1]}")
     from students.protocol import check_rows
 
     check_rows(train=train, validation=valid, evaluation=eval_table)
@@ -198,5 +232,5 @@ def distill(train: StudentTable, eval_table: StudentTable | None, spec, cfg: Dis
         flops = student_flops_per_example(model, part.inputs(slice(0, min(64, len(part)))))
         students[name] = StudentResult(name, model, metrics, losses, tr.methods(), train.teacher_version,
                                        flops, shared, len(part), n_eval, dict(getattr(model, "selection", {})),
-                                       index, probs)
+                                       index, probs, student_size(model))
     return DistillOutput(students, adapter, domain_models, windows)

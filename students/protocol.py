@@ -3,6 +3,7 @@ their window.
 
     check_windows({"teacher": (a, b), "train": (b, c), "validation": (c, d), "evaluation": (d, e)})
     check_rows(train=train_table, validation=valid_table, evaluation=eval_table)
+    lineage(out.windows, teacher_version=..., refresh_every="1d")   # lineage.* tags for MLflow
 
 Windows are ``[start, end)`` pairs (ISO strings, datetimes or microseconds); every pair
 of windows must be disjoint. ``check_rows`` refuses an impression (example id) that sits
@@ -47,15 +48,36 @@ def check_windows(windows: dict[str, tuple]) -> dict[str, tuple[int, int]]:
 def check_rows(**tables) -> None:
     """Tables (StudentTable or None) hold disjoint impressions, each inside its window."""
     present = {name: t for name, t in tables.items() if t is not None and len(t)}
-    windows = {name: t.window_us for name, t in present.items() if t.window_us}
-    check_windows(windows)
+    for (a, ta), (b, tb) in combinations(present.items(), 2):  # the most specific refusal first
+        shared = np.intersect1d(ta.example_id.numpy(), tb.example_id.numpy())
+        if len(shared):
+            raise ValueError(f"{len(shared)} impression(s) are in both {a} and {b} (e.g. {int(shared[0])})")
     for name, t in present.items():
         if t.window_us:
             lo, hi = t.window_us
             times = t.event_time_us
             if bool((times < lo).any()) or bool((times >= hi).any()):
                 raise ValueError(f"table {name} has rows outside its window [{lo}, {hi})")
-    for (a, ta), (b, tb) in combinations(present.items(), 2):
-        shared = np.intersect1d(ta.example_id.numpy(), tb.example_id.numpy())
-        if len(shared):
-            raise ValueError(f"{len(shared)} impression(s) are in both {a} and {b} (e.g. {int(shared[0])})")
+    check_windows({name: t.window_us for name, t in present.items() if t.window_us})
+
+
+def iso(us: int) -> str:
+    return dt.datetime.fromtimestamp(int(us) / 1e6, tz=dt.timezone.utc).isoformat()
+
+
+def window_text(window) -> str:
+    """``start/end`` (ISO) of a ``[start_us, end_us)`` pair; "" for none."""
+    return f"{iso(window[0])}/{iso(window[1])}" if window else ""
+
+
+def lineage(windows: dict[str, list[int]], *, teacher_version: str = "", teacher_window: str = "",
+            knowledge_window: list[str] | None = None, refresh_every: str = "") -> dict[str, str]:
+    """A student's lineage as flat ``lineage.*`` strings (MLflow params and model-version
+    tags): which teacher, trained on which window, whose knowledge over which window was
+    read at which cadence, and the train / validation / adapter-fit / evaluation windows."""
+    out = {"lineage.teacher_version": teacher_version or "none", "lineage.teacher_window": teacher_window or "unknown",
+           "lineage.knowledge_window": "/".join(knowledge_window or []) or "none",
+           "lineage.knowledge_cadence": refresh_every or "none"}
+    for name in ("train", "validation", "adapter_fit", "evaluation"):
+        out[f"lineage.{name}_window"] = window_text(windows.get(name)) or "none"
+    return out

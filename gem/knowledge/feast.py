@@ -78,6 +78,38 @@ def _stack(values: pd.Series, dim: int) -> np.ndarray:
     return out
 
 
+def registered_knowledge(repo_dir: str | Path) -> dict:
+    """What a repo holds: ``{"digest", "window": [start, end], "teacher_versions"}`` over
+    its teacher_* sources (a student's reuse key and lineage: another teacher's or another
+    window's knowledge is another input)."""
+    import hashlib
+
+    from gem.utils.digest import file_digest
+
+    data = Path(repo_dir) / "data"
+    digest, starts, ends, versions = hashlib.sha256(), [], [], set()
+    for name in sorted(SOURCE_FILES.values()):
+        path = data / name
+        if not path.is_file():
+            continue
+        digest.update(f"{name}:{file_digest(path)};".encode())
+        tags = pq.read_table(path, columns=["teacher_version", "window_start", "window_end"])
+        starts += [v for v in tags.column("window_start").unique().to_pylist() if v]
+        ends += [v for v in tags.column("window_end").unique().to_pylist() if v]
+        versions |= {v for v in tags.column("teacher_version").unique().to_pylist() if v}
+    window = [min(starts), max(ends)] if starts and ends else []
+    return {"digest": digest.hexdigest(), "window": window, "teacher_versions": sorted(versions)}
+
+
+def source_dim(repo_dir: str | Path, column: str) -> int:
+    """Width of an embedding column in the repo's registered knowledge (0 if none)."""
+    path = Path(repo_dir) / "data" / SOURCE_FILES[USER_EMBEDDING if "user" in column else ITEM_EMBEDDING]
+    if not path.is_file():
+        return 0
+    first = pq.ParquetFile(path).read_row_group(0, columns=[column]).column(0)
+    return len(first[0].as_py()) if len(first) else 0
+
+
 def materialized_at(timestamps: pd.Series, refresh_every: dt.timedelta | None,
                     embedding_lag: dt.timedelta = dt.timedelta(seconds=1)) -> pd.Series:
     """The newest knowledge time a request at each timestamp can see: the last
@@ -118,7 +150,8 @@ def historical_knowledge(repo_dir: str | Path, keys: pd.DataFrame, *, prediction
         df = df.sort_values("_row").reset_index(drop=True)
         for c in ("teacher_user_embedding", "teacher_item_embedding"):
             col = df[c]
-            dim = embedding_dim or next((len(v) for v in col if isinstance(v, (list, np.ndarray)) and len(v)), 0)
+            dim = embedding_dim or next((len(v) for v in col if isinstance(v, (list, np.ndarray)) and len(v)), 0) \
+                or source_dim(repo_dir, c)  # no row known yet: zeros of the registered width
             result[c] = list(_stack(col, dim)) if dim else [np.zeros(0, np.float32)] * len(col)
     return result
 

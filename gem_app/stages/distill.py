@@ -2,8 +2,14 @@
 no-teacher student on the same rows for the lift, both scored on the holdout; the
 transfer student is registered as a new version of ``student_<surface>``.
 
-Reuse: the recorded result is returned only for the same teacher version, the same
-train/eval features (content digests) and the same resolved config.
+Reuse: the recorded result is returned only for the same teacher version (an alias
+resolved to its version), the same train/eval features (windows and content digests),
+the same knowledge in the Feast repo (content digest and window) and the same resolved
+config. The no-teacher reference is capacity-matched to the transfer student; its
+holdout predictions are logged with the run (``holdout/no_teacher.parquet``) for the
+paired gate. Every student carries its lineage (``lineage.*`` params and tags: teacher
+version and window, knowledge window and cadence, train / validation / adapter-fit /
+evaluation windows).
 """
 
 from __future__ import annotations
@@ -53,7 +59,8 @@ def student_tables(cfg, train_features: str | None, eval_features: str, feast_re
     def load(path: str):
         table, spec = load_table(path, cfg.student)
         if tr.needs_teacher():
-            table = attach_knowledge(table, feast_repo, predictions=needs_preds, embeddings=tr.representation.enabled)
+            table = attach_knowledge(table, feast_repo, predictions=needs_preds, embeddings=tr.representation.enabled,
+                                     refresh_every=cfg.knowledge.refresh_every)
         return table, spec
 
     train = load(train_features) if train_features else (None, None)
@@ -68,26 +75,76 @@ def gate_metrics(metrics: dict[str, float]) -> dict[str, float]:
             "calibration": float(metrics.get(f"calibration/{GATE_TASK}", nan))}
 
 
+def resolve_teacher(teacher_uri: str, teacher_version: str = "") -> str:
+    """A fixed teacher version: ``models:/name@alias`` resolved to ``models:/name/N`` in the
+    run's registry (an alias that moves is another teacher); anything else as given."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    if teacher_version:
+        return teacher_version
+    rest = teacher_uri[len("models:/"):] if teacher_uri.startswith("models:/") else ""
+    if "@" not in rest:
+        return teacher_uri
+    name, alias = rest.split("@", 1)
+    try:
+        return registry.model_uri(name, MlflowClient().get_model_version_by_alias(name, alias).version)
+    except MlflowException:
+        return teacher_uri  # not in this registry: the knowledge digest still keys the reuse
+
+
+def teacher_window(teacher_version: str) -> str:
+    """The data window a registered teacher was trained on (its version's tag), or ""."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    if not teacher_version.startswith("models:/") or "@" in teacher_version:
+        return ""
+    name, version = teacher_version[len("models:/"):].split("/", 1)
+    try:
+        mv = MlflowClient().get_model_version(name, version)
+    except MlflowException:
+        return ""
+    return mv.tags.get(tracking.TAG_DATA_WINDOW, "")
+
+
+def reuse_key(cfg, surface: str, train_features: str, eval_features: str, feast_repo: str,
+              teacher_version: str) -> dict:
+    """What a recorded student depends on: the teacher version, both features windows
+    (window and content digest), the knowledge registered in the Feast repo (digest and
+    window: a new teacher's knowledge is a new input) and the resolved config."""
+    from gem.config import flatten
+    from gem.knowledge.feast import registered_knowledge
+    from gem.utils.digest import value_digest
+
+    knowledge = registered_knowledge(feast_repo) if cfg.transfer.needs_teacher() else {}
+    return {"surface": surface, "teacher": teacher_version if cfg.transfer.needs_teacher() else "none",
+            "train": list(features_lineage(train_features)), "eval": list(features_lineage(eval_features)),
+            "knowledge": [knowledge.get("digest", ""), *knowledge.get("window", [])],
+            "config": value_digest(flatten(cfg))}
+
+
 def distill(surface: str, train_features: str, eval_features: str, feast_repo: str, teacher_uri: str,
             out: str, ctx: RunContext, preset: str = "pipeline", overrides: list[str] | None = None,
             teacher_version: str = "") -> DistillResult:
     import mlflow
 
     from gem.config import flatten
+    from gem.knowledge.feast import registered_knowledge
     from gem.knowledge.teacher import load_teacher
-    from gem.utils.digest import value_digest
-    from students.config import TransferConfig
+    from students.distill import capacity_matched
     from students.distill import distill as run_distill
+    from students.protocol import lineage
     from students.registry import log_student
 
     cfg = distill_config(preset, surface, overrides)
-    window, train_digest = features_lineage(train_features)
-    reuse = Reuse(Path(out) / f"{surface}.json", {
-        "teacher": teacher_version or teacher_uri, "train": train_digest, "eval": features_lineage(eval_features)[1],
-        "config": value_digest(flatten(cfg))})
+    tracking_uri = ctx.configure()
+    teacher_version = resolve_teacher(teacher_uri, teacher_version)
+    window = features_lineage(train_features)[0]
+    reuse = Reuse(Path(out) / f"{surface}.json",
+                  reuse_key(cfg, surface, train_features, eval_features, feast_repo, teacher_version))
     if done := reuse.get():
         return DistillResult(**done)
-    tracking_uri = ctx.configure()
     pending = Reuse(Path(out) / f".{surface}.pending.json", reuse.key)
     if (record := pending.get()) and (version := _registered_from(record["run_id"], surface)):
         return DistillResult(**reuse.put({**record["result"], "version": version}))  # killed after registering
@@ -100,10 +157,21 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
         mlflow.log_params({k: str(v)[:500] for k, v in flatten(cfg).items()})
         log_features_input(train_features, "training")
         log_features_input(eval_features, "evaluation")
-        log_model_input(teacher_version)
-        baseline = run_distill(train, holdout, spec, replace(cfg, transfer=TransferConfig())).students[surface]
-        student = run_distill(train, holdout, spec, cfg, teacher_model=teacher.model if teacher else None
-                              ).students[surface]
+        _log_teacher_input(teacher_version)
+        # the no-teacher reference is as large as the transfer student (capacity-matched)
+        base_cfg = capacity_matched(cfg, teacher_emb_width=0 if train.teacher_emb is None else
+                                    int(train.teacher_emb.shape[1]),
+                                    teacher_embedding_dim=int(teacher.model.cfg.embedding_dim) if teacher else 0)
+        base_out = run_distill(train, holdout, spec, base_cfg)
+        run = run_distill(train, holdout, spec, cfg, teacher_model=teacher.model if teacher else None)
+        baseline, student = base_out.students[surface], run.students[surface]
+        knowledge = registered_knowledge(feast_repo) if cfg.transfer.needs_teacher() else {}
+        tags = lineage(run.windows, teacher_version=teacher_version, teacher_window=teacher_window(teacher_version),
+                       knowledge_window=knowledge.get("window"), refresh_every=cfg.knowledge.refresh_every)
+        mlflow.log_params(tags)
+        mlflow.log_params({f"student.{k}": v for k, v in student.size.items()}
+                          | {f"no_teacher.{k}": v for k, v in baseline.size.items()})
+        log_holdout(baseline, holdout, "no_teacher", features_lineage(eval_features)[1])
         figures = {"student": gate_metrics(student.metrics), "no_teacher": gate_metrics(baseline.metrics)}
         lift = {"auc": figures["student"]["auc"] - figures["no_teacher"]["auc"],
                 "ne": figures["no_teacher"]["ne"] - figures["student"]["ne"]}
@@ -120,7 +188,7 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
                      "result": json.loads(json.dumps(unregistered.as_dict(), default=str))})
         version = log_student(student, registry.student_model(surface), teacher_version,
                               extra_tags={tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
-                                          tracking.TAG_DATA_WINDOW: window})
+                                          tracking.TAG_DATA_WINDOW: window, **tags})
         fault_point("distill:registered")
     result = replace(unregistered, version=version)
     figure("surface", surface)
@@ -128,6 +196,44 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
     figure("lift AUC", lift["auc"])
     reuse.put(json.loads(json.dumps(result.as_dict(), default=str)))
     return result
+
+
+HOLDOUT_ARTIFACT = "holdout/{who}.parquet"
+
+
+def log_holdout(result, holdout, who: str, holdout_digest: str) -> None:
+    """A student's click probabilities on its surface's holdout rows (example_id, user_id,
+    label, prob) as an artifact of the active run: the paired gate's evidence for a model
+    that is not registered (the no-teacher reference). The holdout's digest is kept with it."""
+    import tempfile
+
+    import mlflow
+    import pandas as pd
+
+    task = list(holdout.tasks).index(GATE_TASK)
+    rows = result.eval_index
+    frame = pd.DataFrame({"example_id": holdout.example_id[rows].numpy(), "user_id": holdout.user_raw[rows].numpy(),
+                          "label": holdout.labels[rows, task].numpy(),
+                          "prob": result.eval_probs[:, task].numpy().astype("float64")})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{who}.parquet"
+        frame.to_parquet(path, index=False)
+        mlflow.log_artifact(str(path), artifact_path="holdout")
+    mlflow.set_tag(f"gate.holdout_digest.{who}", holdout_digest)
+
+
+def _log_teacher_input(teacher_version: str) -> None:
+    """The teacher as the run's model input when this registry holds it (a teacher from
+    another registry is linked by the teacher_version tag only)."""
+    import logging
+
+    from mlflow.exceptions import MlflowException
+
+    try:
+        log_model_input(teacher_version)
+    except MlflowException as e:
+        logging.getLogger(__name__).info("teacher %s is not in this run's registry (%s): linked by tag only",
+                                         teacher_version, str(e).splitlines()[0])
 
 
 def _registered_from(run_id: str, surface: str) -> str:

@@ -1,6 +1,8 @@
 """gate and promote, for the teacher and the students alike: the challenger and the
 champion are scored on the same holdout, the decision (gem_app/promotion.py) is
-recorded with its figures, and only a win moves the champion alias."""
+recorded with its figures, and only a win moves the champion alias. A student must beat
+the no-teacher reference and the champion by a paired-bootstrap margin (``gate``); the
+teacher must beat the champion's AUC (``gate_teacher``)."""
 
 from __future__ import annotations
 
@@ -105,20 +107,82 @@ def student_roc(model_uri: str, surface: str, eval_features: str, feast_repo: st
             "thresholds": [1.0, *scores[last][pick].tolist()]}
 
 
+def holdout_predictions(model_uris: dict[str, str], surface: str, eval_features: str, feast_repo: str,
+                        preset: str = "pipeline"):
+    """The surface's holdout rows and each registered model's click probabilities on them
+    (same rows, same order): ``(part, {who: probs})``. Teacher embeddings are joined (at
+    the preset's knowledge cadence) only when a model reads them."""
+    import mlflow.pytorch
+
+    from gem_app.stages.distill import GATE_TASK, distill_config
+    from students.data import attach_knowledge, load_table
+    from students.train import predict
+
+    cfg = distill_config(preset, surface)
+    models = {who: mlflow.pytorch.load_model(uri, map_location="cpu") for who, uri in model_uris.items()}
+    table, _ = load_table(eval_features, cfg.student)
+    if any(m.teacher_emb_dim for m in models.values()):
+        table = attach_knowledge(table, feast_repo, predictions=False, embeddings=True,
+                                 refresh_every=cfg.knowledge.refresh_every)
+    part = table.subset(table.surface == list(table.surfaces).index(surface))
+    task = list(part.tasks).index(GATE_TASK)
+    return part, {who: predict(m, part)[:, task].numpy().astype("float64") for who, m in models.items()}
+
+
+def recorded_holdout(model_name: str, version: str, who: str, part, eval_features: str):
+    """The probabilities a distill run logged for an unregistered reference (``who``) on
+    this holdout, aligned to ``part``'s rows; None when that run logged none, or logged
+    them for another holdout (digest) or other rows."""
+    import tempfile
+
+    import mlflow
+    import numpy as np
+    import pandas as pd
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from gem_app.stages.distill import HOLDOUT_ARTIFACT
+    from gem_app.stages.features import features_lineage
+
+    client = MlflowClient()
+    run_id = client.get_model_version(model_name, version).run_id
+    if client.get_run(run_id).data.tags.get(f"gate.holdout_digest.{who}") != features_lineage(eval_features)[1]:
+        return None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=HOLDOUT_ARTIFACT.format(who=who),
+                                                       dst_path=tmp)
+            frame = pd.read_parquet(path).set_index("example_id")
+    except (MlflowException, OSError):
+        return None
+    ids = part.example_id.numpy()
+    if len(frame) != len(ids) or not np.isin(ids, frame.index.to_numpy()).all():
+        return None
+    return frame.loc[ids, "prob"].to_numpy(dtype="float64")
+
+
 def gate(surface: str, challenger_version: str, eval_features: str, feast_repo: str, ctx: RunContext,
          cfg: GateConfig | None = None, preset: str = "pipeline") -> dict:
-    """A student challenger and its champion on the same holdout; the decision (not applied)."""
+    """The paired gate (gem_app/promotion.py ``decide_paired``): on the surface's holdout,
+    the challenger must beat the no-teacher reference its distill run trained on the same
+    rows, and the champion when there is one, each by a paired-bootstrap margin over
+    users (ties do not pass; the first champion too). The decision is returned, not applied."""
+    from gem_app.promotion import Holdout, decide_paired
+    from gem_app.stages.distill import GATE_TASK
+
     ctx.configure()
     name = registry.student_model(surface)
     with tracked(ctx, f"gate-{surface}", tags={tracking.TAG_SURFACE: surface}):
-        challenger = score_student(registry.model_uri(name, challenger_version), surface, eval_features,
-                                   feast_repo, preset)
-        champion = None
+        uris = {"challenger": registry.model_uri(name, challenger_version)}
         if registry.champion_version(name):
-            champion = score_student(registry.model_uri(name, alias=registry.CHAMPION), surface, eval_features,
-                                     feast_repo, preset)
-        decision = decide(name, challenger_version, {surface: challenger},
-                          {surface: champion} if champion else None, cfg or GateConfig())
+            uris["champion"] = registry.model_uri(name, alias=registry.CHAMPION)
+        part, probs = holdout_predictions(uris, surface, eval_features, feast_repo, preset)
+        task = list(part.tasks).index(GATE_TASK)
+        holdout = Holdout(labels=part.labels[:, task].numpy().astype("float64"), users=part.user_raw.numpy(),
+                          challenger=probs["challenger"],
+                          no_teacher=recorded_holdout(name, challenger_version, "no_teacher", part, eval_features),
+                          champion=probs.get("champion"))
+        decision = decide_paired(name, challenger_version, {surface: holdout}, cfg or GateConfig())
         _log_decision(decision)
     figure("surface", surface)
     figure("decision", "promote" if decision.promote else "reject")

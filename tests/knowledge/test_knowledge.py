@@ -83,8 +83,7 @@ def test_point_in_time_retrieval_through_feast(world):
     from gem.knowledge.feast import historical_knowledge
 
     predictions = pq.read_table(world.knowledge["eval"] / PREDICTIONS).to_pandas()
-    users = pq.read_table(world.knowledge["eval"] / USER_EMBEDDING).to_pandas()
-    users = pd.concat([pq.read_table(world.knowledge["student"] / USER_EMBEDDING).to_pandas(), users])
+    users = pd.concat([pq.read_table(k / USER_EMBEDDING).to_pandas() for k in world.knowledge.values()])
     keys = example_keys(world.features["eval"]).sample(60, random_state=0).reset_index(drop=True)
     got = historical_knowledge(world.repo, keys)
     assert list(got["example_id"]) == list(keys["example_id"])  # same order as asked

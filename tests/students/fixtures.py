@@ -1,6 +1,6 @@
 """A tiny end-to-end world for tests: simulator data, teacher/student/eval feature
 windows, a briefly trained GEM registered in MLflow (sqlite), its knowledge on the
-student and eval windows, and a private Feast repo holding it. Built once per process.
+teacher, student and eval windows, and a private Feast repo holding it. Built once per process.
 
     world = tiny_world(tmp_path_factory.mktemp("transfer"))
 """
@@ -73,11 +73,13 @@ def tiny_world(root: Path) -> World:
     version = mlflow.register_model(f"runs:/{run.info.run_id}/model", TEACHER_NAME).version
     teacher_uri = f"models:/{TEACHER_NAME}/{version}"
     knowledge = {}
-    for name in ("student", "eval"):
+    # the daily knowledge job runs from the teacher's last training day on: a request on the
+    # student window's first day reads what it wrote at that day's midnight
+    for name in ("teacher", "student", "eval"):
         knowledge[name] = root / f"knowledge_{name}"
         generate_knowledge(teacher_uri, features[name], knowledge[name], tracking_uri=tracking_uri)
     repo = prepare_repo(root / "feast", data)
-    register_knowledge(repo, [knowledge["student"], knowledge["eval"]])
+    register_knowledge(repo, list(knowledge.values()))
     world = World(root, data, features, teacher_dir, teacher_uri, tracking_uri, knowledge, repo)
     _CACHE[key] = world
     return world

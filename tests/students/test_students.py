@@ -86,8 +86,8 @@ def test_each_method_trains_and_changes_the_student(tables, teacher, method):
     assert res.teacher_version == f"models:/{TEACHER_NAME}/1"
     if method == "sharing":
         assert "item_id" in res.shared_tables
-    if method == "hierarchical":
-        assert set(out.domain_models) == {"all"}
+    if method == "hierarchical":  # GEM -> two domain models (halves of the surfaces) -> vertical students
+        assert set(out.domain_models) == {"feed+video", "stories+messaging"}
 
 
 def test_methods_combine(tables, teacher):
@@ -243,10 +243,10 @@ def test_distill_cli_registers_students(world, tmp_path):
     from gem_app.cli import main
 
     out = tmp_path / "run"
-    assert main(["distill", "run", "--train", str(world.features["student"]), "--eval", str(world.features["eval"]),
+    assert main(["distill", "--train", str(world.features["student"]), "--eval", str(world.features["eval"]),
                  "--repo", str(world.repo), "--out", str(out), "--teacher", world.teacher_uri,
                  "--set", "transfer.kd.weight=0.5",
                  "--set", "surfaces=[feed]", "--set", "optim.epochs=1"]) == 0
     client = mlflow.MlflowClient(f"sqlite:///{(out / 'mlflow.db').resolve()}")
-    mv = client.get_model_version("student-feed", "1")
+    mv = client.get_model_version("student_feed", "1")
     assert mv.tags["teacher_version"] == f"models:/{TEACHER_NAME}/1" and mv.tags["methods"] == "kd"

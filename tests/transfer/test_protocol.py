@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import pytest
 import torch
 
@@ -60,15 +61,46 @@ def test_windows_must_be_disjoint_and_rows_stay_in_their_window():
         check_rows(train=leaked, evaluation=evaluation)
 
 
-def test_distill_keeps_evaluation_rows_out_of_training_validation_and_adapter(world):
+def test_distill_keeps_evaluation_rows_out_of_training_validation_and_adapter(world, monkeypatch):
+    """Every table that reaches a training loop, an early-stopping check or the adapter's
+    fit is recorded as it is passed (the real functions still run): no evaluation
+    impression is among them, and validation rows are never trained on."""
+    import students.distill as distill_module
+    from students.adapter import StudentAdapter
+
+    seen: dict[str, list[torch.Tensor]] = {"train": [], "validation": [], "adapter_fit": []}
+    real_train, real_fit = distill_module.train_student, StudentAdapter.fit
+
+    def train_spy(model, table, optim, **kw):
+        seen["train"].append(table.example_id.clone())
+        if kw.get("valid") is not None:
+            seen["validation"].append(kw["valid"].example_id.clone())
+        return real_train(model, table, optim, **kw)
+
+    def fit_spy(self, table):
+        seen["adapter_fit"].append(table.example_id.clone())
+        return real_fit(self, table)
+
+    monkeypatch.setattr(distill_module, "train_student", train_spy)
+    monkeypatch.setattr(StudentAdapter, "fit", fit_spy)
     cfg_student = from_dict(StudentModelConfig, STUDENT)
     train, spec = load_table(world.features["student"], cfg_student)
     evaluation, _ = load_table(world.features["eval"], cfg_student)
     train, evaluation = attach_knowledge(train, world.repo), attach_knowledge(evaluation, world.repo)
-    cfg = from_dict(DistillConfig, {"student": STUDENT, "surfaces": ["feed"], "validation_days": 0.25,
+    cfg = from_dict(DistillConfig, {"student": STUDENT, "surfaces": ["feed", "video"], "validation_days": 0.25,
                                     "optim": {"epochs": 2, "batch_size": 64, "patience": 1},
-                                    "transfer": {"adapter": {"weight": 0.5}}, "period_days": 0.25})
+                                    "transfer": {"adapter": {"weight": 0.5}, "hierarchical": {"weight": 0.2,
+                                                                                              "epochs": 1}},
+                                    "period_days": 0.25})
     out = distill(train, evaluation, spec, cfg)
+    eval_ids = evaluation.example_id.numpy()
+    assert all(seen.values()), {k: len(v) for k, v in seen.items()}  # students, domain models and the adapter ran
+    for role, tables in seen.items():
+        for ids in tables:
+            assert not np.isin(ids.numpy(), eval_ids).any(), f"an evaluation row reached {role}"
+    valid_ids = np.concatenate([v.numpy() for v in seen["validation"]])
+    for ids in seen["train"] + seen["adapter_fit"]:
+        assert not np.isin(ids.numpy(), valid_ids).any(), "a validation row was trained on"
     w = out.windows
     check_windows({k: tuple(v) for k, v in w.items() if k != "adapter_fit"})
     assert w["train"][1] == w["validation"][0] <= w["evaluation"][0]
