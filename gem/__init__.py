@@ -5,6 +5,7 @@ The application that drives it is gem_app; `python -m gem` is its entry point.""
 
 __version__ = "0.1.0"
 
-from gem.utils.quiet import quiet_third_party  # noqa: E402
+from gem.utils.quiet import quiet_third_party, skip_feast_typechecks_on_import  # noqa: E402
 
 quiet_third_party()
+skip_feast_typechecks_on_import()

@@ -1,0 +1,21 @@
+"""What importing gem does to third-party libraries: Feast's classes load without
+typeguard's per-method recompilation (~5 s per process), unless asked for."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+PROBE = "import gem, feast; print('typeguard' in feast.Entity.__init__.__code__.co_names)"
+
+
+def _instrumented(**env: str) -> bool:
+    out = subprocess.run([sys.executable, "-c", PROBE], env={**os.environ, **env}, capture_output=True, text=True,
+                         check=True).stdout
+    return out.strip().splitlines()[-1] == "True"
+
+
+def test_feast_loads_without_typeguard_instrumentation_unless_asked():
+    assert not _instrumented()
+    assert _instrumented(GEM_FEAST_TYPECHECKS="1")
