@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+import kernels.bucketed.planning as planning
 from kernels.attention_spec import (
     ACTIVATIONS,
     Spec,
@@ -33,6 +34,8 @@ from kernels.bucketed.planning import Chunk, plan_chunks
 
 Tensor = torch.Tensor
 FUSED_SOFTMAX = True  # False forces the bmm path everywhere (for comparisons)
+_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 
 def uses_fused_softmax(spec: Spec, attn_bias: Tensor | None, q: Tensor, v: Tensor) -> bool:
@@ -64,7 +67,7 @@ class _Problem:
     """Everything the forward and the backward share for one call."""
 
     def __init__(self, q: Tensor, offsets: Tensor, attn_bias: Tensor | None,
-                 num_targets: Tensor | None, spec: Spec):
+                 num_targets: Tensor | None, spec: Spec, fused: bool = False):
         self.num_tokens, self.num_heads, dim = q.shape
         self.spec = spec
         self.scale = spec.score_scale(dim)
@@ -74,13 +77,44 @@ class _Problem:
         self.with_targets = num_targets is not None
         starts, lengths = kept_spans(offsets, spec.max_seq_len)
         history = history_lengths(lengths, num_targets)
-        self.chunks = plan_chunks(starts, lengths, history, self.num_tokens, self.num_heads)
+        self.num_seqs = offsets.shape[0] - 1
         self.uncovered = None  # rows no chunk writes (truncated tokens), which must be 0
+        if fused:
+            self.chunks = plan_chunks(starts, lengths, history, self.num_tokens, self.num_heads,
+                                      solo_min=planning.FUSED_SOLO_MIN,
+                                      overhead=planning.FUSED_CHUNK_OVERHEAD_SCORES)
+            kept = lengths.tolist()
+            dropped = (offsets[1:] - offsets[:-1] - lengths).tolist()
+            # Token order for assembling outputs: (sequence, kept) or (-1, dropped zeros).
+            self.token_order = []
+            for b, (drop, n) in enumerate(zip(dropped, kept)):
+                self.token_order += [(-1, drop)] if drop else []
+                self.token_order += [(b, n)] if n else []
+            self.max_dropped = max(dropped, default=0)
+            return
+        self.chunks = plan_chunks(starts, lengths, history, self.num_tokens, self.num_heads)
         if int(lengths.sum()) != self.num_tokens:
             covered = torch.zeros(self.num_tokens + 1, dtype=torch.bool, device=q.device)
             for chunk in self.chunks:
                 covered[chunk.scatter] = True
             self.uncovered = torch.nonzero(~covered[:self.num_tokens]).flatten()
+
+    def compute(self, x: Tensor) -> Tensor:
+        """x contiguous in the compute dtype (a no-op for contiguous float32)."""
+        return x.to(self.dtype).contiguous()
+
+    def solo_view(self, x: Tensor, chunk: Chunk) -> Tensor:
+        """(T, H, D) -> (1, H, L, D) view of a solo chunk's rows, the fused kernels' layout."""
+        return x[chunk.start:chunk.start + chunk.size].unsqueeze(0).transpose(1, 2)
+
+    def assemble(self, pieces: list[Tensor | None], like: Tensor) -> Tensor:
+        """Per-sequence (L, ...) pieces -> (T, ...) in token order, zeros for dropped tokens."""
+        tail = like.shape[1:]
+        if not self.token_order:
+            return like.new_zeros((self.num_tokens, *tail), dtype=self.dtype)
+        zeros = like.new_zeros((self.max_dropped, *tail), dtype=self.dtype) if self.max_dropped else None
+        parts = [pieces[b] if b >= 0 else zeros[:n] for b, n in self.token_order]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def gather_rows(self, x: Tensor, chunk: Chunk) -> Tensor:
         """(T, H, D) -> (n, H, Lp, D) in the compute dtype: a transposed view of the
@@ -182,38 +216,64 @@ def _scatter(dest: Tensor, chunk: Chunk, values: Tensor) -> None:
     dest.index_copy_(0, chunk.scatter, rows)
 
 
-def _scatter_rows(dest: Tensor, chunk: Chunk, values: Tensor) -> None:
-    """values (n, H, Lp, D) laid out as (n, Lp, H, D) -> rows of dest (T+1, H, D)."""
-    rows = values.transpose(1, 2).reshape(chunk.scatter.shape[0], -1)  # a view, no copy
-    dest.view(dest.shape[0], -1).index_copy_(0, chunk.scatter, rows)
+def _split_rows(chunk: Chunk, rows: Tensor, pieces: list[Tensor | None]) -> None:
+    """rows (n, Lp, ...) of a batched chunk -> pieces[sequence] = its first L rows (views)."""
+    flat = rows.reshape(-1, *rows.shape[2:])
+    sizes = [part for n in chunk.kept for part in (n, chunk.size - n)]
+    parts = flat.split(sizes)
+    for b, piece in zip(chunk.sequences, parts[::2]):
+        pieces[b] = piece
 
 
-def _fused_forward(pb: "_Problem", chunk: Chunk, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
-                   lse: Tensor) -> None:
-    """One chunk through torch's fused CPU flash-attention forward, into out and lse."""
-    mask, is_causal = pb.fused_mask(chunk)
-    o_c, lse_c = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        pb.gather_rows(q, chunk), pb.gather_rows(k, chunk), pb.gather_rows(v, chunk), 0.0,
-        is_causal, attn_mask=mask, scale=pb.scale)
-    _scatter_rows(out, chunk, o_c)
-    lse.index_copy_(0, chunk.scatter, lse_c.transpose(1, 2).reshape(-1, pb.num_heads))
+def _fused_forward(pb: "_Problem", q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Every chunk through torch's fused CPU flash-attention forward: (out, lse (T, H))."""
+    q, k, v = pb.compute(q), pb.compute(k), pb.compute(v)
+    outs: list[Tensor | None] = [None] * pb.num_seqs
+    lses: list[Tensor | None] = [None] * pb.num_seqs
+    for chunk in pb.chunks:
+        mask, is_causal = pb.fused_mask(chunk)
+        if chunk.solo:
+            o_c, lse_c = _FLASH(pb.solo_view(q, chunk), pb.solo_view(k, chunk),
+                                pb.solo_view(v, chunk), 0.0, is_causal, attn_mask=mask,
+                                scale=pb.scale)
+            outs[chunk.sequences[0]] = o_c[0].transpose(0, 1)
+            lses[chunk.sequences[0]] = lse_c[0].t()
+            continue
+        o_c, lse_c = _FLASH(pb.gather_rows(q, chunk), pb.gather_rows(k, chunk),
+                            pb.gather_rows(v, chunk), 0.0, is_causal, attn_mask=mask,
+                            scale=pb.scale)
+        _split_rows(chunk, o_c.transpose(1, 2), outs)
+        _split_rows(chunk, lse_c.transpose(1, 2), lses)
+    return pb.assemble(outs, v), pb.assemble(lses, q[:, :, 0])
 
 
-def _fused_backward(pb: "_Problem", chunk: Chunk, q: Tensor, k: Tensor, v: Tensor,
-                    grad_out: Tensor, out: Tensor, lse: Tensor,
-                    grads: tuple[Tensor, Tensor, Tensor]) -> None:
-    """One chunk through torch's fused CPU backward, into the (dq, dk, dv) buffers."""
-    mask, is_causal = pb.fused_mask(chunk)
-    lse_rows = lse.index_select(0, chunk.gather)
-    if chunk.padding.numel():
-        lse_rows.index_fill_(0, chunk.padding, 0)
-    lse_c = lse_rows.view(-1, chunk.size, pb.num_heads).transpose(1, 2)
-    chunk_grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        pb.gather_rows(grad_out, chunk), pb.gather_rows(q, chunk), pb.gather_rows(k, chunk),
-        pb.gather_rows(v, chunk), pb.gather_rows(out, chunk), lse_c, 0.0, is_causal,
-        attn_mask=mask, scale=pb.scale)
-    for dest, values in zip(grads, chunk_grads):
-        _scatter_rows(dest, chunk, values)
+def _fused_backward(pb: "_Problem", grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                    out: Tensor, lse: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Every chunk through torch's fused CPU backward: (dq, dk, dv)."""
+    grad_out, q, k, v, out = (pb.compute(x) for x in (grad_out, q, k, v, out))
+    lse = lse.contiguous()
+    grads: list[list[Tensor | None]] = [[None] * pb.num_seqs for _ in range(3)]
+    for chunk in pb.chunks:
+        mask, is_causal = pb.fused_mask(chunk)
+        if chunk.solo:
+            view = lambda x, chunk=chunk: pb.solo_view(x, chunk)  # noqa: E731
+            lse_c = lse[chunk.start:chunk.start + chunk.size].t().unsqueeze(0)
+            chunk_grads = _FLASH_BACKWARD(view(grad_out), view(q), view(k), view(v), view(out),
+                                          lse_c, 0.0, is_causal, attn_mask=mask, scale=pb.scale)
+            for pieces, grad in zip(grads, chunk_grads):
+                pieces[chunk.sequences[0]] = grad[0].transpose(0, 1)
+            continue
+        lse_rows = lse.index_select(0, chunk.gather)
+        if chunk.padding.numel():
+            lse_rows.index_fill_(0, chunk.padding, 0)
+        lse_c = lse_rows.view(-1, chunk.size, pb.num_heads).transpose(1, 2)
+        chunk_grads = _FLASH_BACKWARD(
+            pb.gather_rows(grad_out, chunk), pb.gather_rows(q, chunk), pb.gather_rows(k, chunk),
+            pb.gather_rows(v, chunk), pb.gather_rows(out, chunk), lse_c, 0.0, is_causal,
+            attn_mask=mask, scale=pb.scale)
+        for pieces, grad in zip(grads, chunk_grads):
+            _split_rows(chunk, grad.transpose(1, 2), pieces)
+    return tuple(pb.assemble(pieces, like) for pieces, like in zip(grads, (q, k, v)))
 
 
 def _finish(buffer: Tensor, num_tokens: int, dtype: torch.dtype) -> Tensor:
@@ -231,15 +291,14 @@ def bucketed_forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
                      spec: Spec) -> tuple[Tensor, Tensor]:
     """q, k: (T, H, D), v: (T, H, Dv) -> (out (T, H, Dv), lse): lse is the (T, H) float32
     log-sum-exp when uses_fused_softmax(...), else empty. No autograd; see bucketed_backward."""
-    pb = _Problem(q, offsets, attn_bias, num_targets, spec)
-    form = spec.form
     fused = uses_fused_softmax(spec, attn_bias, q, v)
+    pb = _Problem(q, offsets, attn_bias, num_targets, spec, fused=fused)
+    if fused:
+        out, lse = _fused_forward(pb, q, k, v)
+        return out.to(q.dtype), lse
+    form = spec.form
     out = pb.new_output(v)
-    lse = q.new_zeros((pb.num_tokens + 1, pb.num_heads) if fused else (0,), dtype=torch.float32)
     for chunk in pb.chunks:
-        if fused:
-            _fused_forward(pb, chunk, q, k, v, out, lse)
-            continue
         size = chunk.size
         q_c, k_c, v_c = pb.gather(q, chunk, pb.scale), pb.gather(k, chunk), pb.gather(v, chunk)
         masks = pb.masks(chunk)
@@ -256,7 +315,7 @@ def bucketed_forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
             torch.bmm(weights.view(-1, size, size), v_c[heads].view(-1, size, v.shape[2]),
                       out=o_c[heads].view(-1, size, v.shape[2]))
         _scatter(out, chunk, o_c)
-    return _finish(out, pb.num_tokens, q.dtype), lse[:pb.num_tokens]
+    return _finish(out, pb.num_tokens, q.dtype), q.new_zeros(0, dtype=torch.float32)
 
 
 def bucketed_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
@@ -265,14 +324,15 @@ def bucketed_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets
                       ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """Gradients (dq, dk, dv, d attn_bias or None) for grad_out (T, H, Dv); out and lse
     are the forward's results (used by the fused softmax path only)."""
+    if lse.numel() > 0:  # the forward ran the fused kernels
+        pb = _Problem(q, offsets, attn_bias, num_targets, spec, fused=True)
+        grads = _fused_backward(pb, grad_out, q, k, v, out, lse)
+        return (*(g.to(q.dtype) for g in grads), None)
     pb = _Problem(q, offsets, attn_bias, num_targets, spec)
     form = spec.form
     dq, dk, dv = pb.new_output(q), pb.new_output(k), pb.new_output(v)
     dbias = None if pb.bias is None else torch.zeros_like(pb.bias)
     for chunk in pb.chunks:
-        if lse.numel() > 0:
-            _fused_backward(pb, chunk, q, k, v, grad_out, out, lse, (dq, dk, dv))
-            continue
         size = chunk.size
         q_c, k_c = pb.gather(q, chunk, pb.scale), pb.gather(k, chunk)
         v_c, do_c = pb.gather(v, chunk), pb.gather(grad_out, chunk)

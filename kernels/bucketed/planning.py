@@ -1,12 +1,16 @@
-"""Grouping jagged sequences into padded chunks for batched matmuls.
+"""Grouping jagged sequences into padded chunks for batched kernels.
 
 Attention costs ~L^2 per sequence, so padding a short sequence to a long one wastes
 quadratically. Sequences are sorted by kept length and split into buckets by an exact
 dynamic program over a cost model: padded score elements (heads * count * size^2) plus a
-fixed per-chunk cost standing for the ~20 tensor ops each chunk launches. A bucket whose
+fixed per-chunk cost standing for the tensor ops each chunk launches. A bucket whose
 score matrices would exceed `max_chunk_scores` is cut into chunks, which bounds peak
 memory and keeps every buffer small enough for the allocator to reuse rather than
 map fresh pages on each call.
+
+With `solo_min`, every sequence at least that long is its own "solo" chunk: the fused
+kernels read and write it in place as a view of the (T, H, D) tensors (no gather, no
+padding, no mask), which is where most of the work of a long-tailed batch lies.
 """
 
 from __future__ import annotations
@@ -17,37 +21,49 @@ import numpy as np
 import torch
 
 SIZE_MULTIPLE = 8  # padded sizes are multiples of this (fewer DP states, aligned rows)
-# fixed per-chunk cost, in score elements (measured on an earlier 2-core AMD EPYC; not retuned)
+# Fixed per-chunk cost, in score elements (heads included), of the bmm path: ~20 tensor ops
+# per chunk (measured on an earlier 2-core AMD EPYC).
 CHUNK_OVERHEAD_SCORES = 40_000
+# The same for the fused path (a gather per input, one kernel call, slices out), and the
+# length from which a sequence runs solo there: measured on the benchmark's default batch,
+# kernels/README.md ("Tuning").
+FUSED_CHUNK_OVERHEAD_SCORES = 40_000
+FUSED_SOLO_MIN = 128
 MAX_CHUNK_SCORES = 1 << 22  # 4M score elements = 16 MiB in float32 per score buffer
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """n sequences padded to `size` positions.
+    """n sequences padded to `size` positions, or one sequence read in place (`solo`).
 
     gather: (n * size,) int64 token index per padded position to read from; padding
         positions hold 0 and are zero-filled after the gather (`padding`), so no token's
-        values (a NaN, say) reach another sequence through padding.
-    padding: (P,) int64 padding positions in 0 .. n * size - 1.
+        values (a NaN, say) reach another sequence through padding. None when solo.
+    padding: (P,) int64 padding positions in 0 .. n * size - 1 (None when solo).
     scatter: like gather, but padding points at `trash_index` (a spare row after the T
-        real tokens in output buffers).
+        real tokens in output buffers). None when solo.
     lengths, history: (n,) int64 kept length and history length of each sequence.
     heads_per_group: heads processed together; below H only for sequences so long that
         all heads' scores at once would exceed the chunk budget.
+    sequences, kept: the sequences' indices in the batch and their kept lengths (ints).
+    solo: one sequence of exactly `size` tokens starting at token `start`, no padding.
     """
 
     size: int
-    gather: torch.Tensor
-    padding: torch.Tensor
-    scatter: torch.Tensor
+    gather: torch.Tensor | None
+    padding: torch.Tensor | None
+    scatter: torch.Tensor | None
     lengths: torch.Tensor
     history: torch.Tensor
     heads_per_group: int
+    sequences: tuple[int, ...] = ()
+    kept: tuple[int, ...] = ()
+    solo: bool = False
+    start: int = 0
 
 
 def _bucket_bounds(sizes: np.ndarray, counts: np.ndarray, num_heads: int,
-                   max_chunk_scores: int) -> list[tuple[int, int]]:
+                   max_chunk_scores: int, overhead: float) -> list[tuple[int, int]]:
     """Optimal split of sorted distinct sizes into buckets [a, b] (inclusive indices)."""
     num_sizes = len(sizes)
     cum = np.concatenate([[0], np.cumsum(counts)])
@@ -61,7 +77,7 @@ def _bucket_bounds(sizes: np.ndarray, counts: np.ndarray, num_heads: int,
         seqs_per_chunk = max(int(max_chunk_scores // per_seq), 1)
         head_groups = np.ceil(per_seq / max_chunk_scores)
         num_chunks = np.ceil(count / seqs_per_chunk) * head_groups
-        cost = best[a] + scores + CHUNK_OVERHEAD_SCORES * num_chunks
+        cost = best[a] + scores + overhead * num_chunks
         choice[b] = int(np.argmin(cost))
         best[b] = cost[choice[b]]
     bounds = []
@@ -73,41 +89,63 @@ def _bucket_bounds(sizes: np.ndarray, counts: np.ndarray, num_heads: int,
 
 
 def plan_chunks(starts: torch.Tensor, lengths: torch.Tensor, history: torch.Tensor,
-                trash_index: int, num_heads: int,
-                max_chunk_scores: int | None = None) -> list[Chunk]:
+                trash_index: int, num_heads: int, max_chunk_scores: int | None = None,
+                solo_min: int | None = None, overhead: float | None = None) -> list[Chunk]:
     """Chunks covering every non-empty sequence exactly once (all inputs (B,) int64).
 
     max_chunk_scores: score elements per chunk (default MAX_CHUNK_SCORES, read per call).
+    solo_min: sequences at least this long become solo chunks (None: none do).
+    overhead: per-chunk cost in score elements (default CHUNK_OVERHEAD_SCORES).
     """
     max_chunk_scores = max_chunk_scores or MAX_CHUNK_SCORES
+    overhead = CHUNK_OVERHEAD_SCORES if overhead is None else overhead
     device = starts.device
     lengths_np = lengths.cpu().numpy()
     keep = np.nonzero(lengths_np > 0)[0]
+    chunks = []
+    if solo_min is not None:
+        solo = keep[lengths_np[keep] >= solo_min]
+        keep = keep[lengths_np[keep] < solo_min]
+        starts_np = starts.cpu().numpy()
+        for b in solo[np.argsort(lengths_np[solo], kind="stable")]:
+            size = int(lengths_np[b])
+            chunks.append(Chunk(size=size, gather=None, padding=None, scatter=None,
+                                lengths=lengths[b:b + 1], history=history[b:b + 1],
+                                heads_per_group=_heads_per_group(num_heads, size, max_chunk_scores),
+                                sequences=(int(b),), kept=(size,), solo=True,
+                                start=int(starts_np[b])))
     if len(keep) == 0:
-        return []
+        return chunks
     order = keep[np.argsort(lengths_np[keep], kind="stable")]
     padded = -(-lengths_np[order] // SIZE_MULTIPLE) * SIZE_MULTIPLE
     sizes, counts = np.unique(padded, return_counts=True)
     size_starts = np.concatenate([[0], np.cumsum(counts)])
-    chunks = []
-    for first, last in _bucket_bounds(sizes, counts, num_heads, max_chunk_scores):
+    batched = []
+    for first, last in _bucket_bounds(sizes, counts, num_heads, max_chunk_scores, overhead):
         size = int(sizes[last])
         members = order[size_starts[first]:size_starts[last + 1]]
         per_chunk = max(max_chunk_scores // (num_heads * size * size), 1)
-        heads_per_group = min(num_heads, max(max_chunk_scores // (size * size), 1))
         for lo in range(0, len(members), per_chunk):
-            ids = torch.from_numpy(members[lo:lo + per_chunk]).to(device)
-            chunks.append(_make_chunk(size, starts[ids], lengths[ids], history[ids],
-                                      trash_index, heads_per_group))
-    return chunks
+            ids_np = members[lo:lo + per_chunk]
+            ids = torch.from_numpy(ids_np).to(device)
+            batched.append(_make_chunk(size, starts[ids], lengths[ids], history[ids], trash_index,
+                                       _heads_per_group(num_heads, size, max_chunk_scores),
+                                       tuple(ids_np.tolist()), tuple(lengths_np[ids_np].tolist())))
+    return batched + chunks
+
+
+def _heads_per_group(num_heads: int, size: int, max_chunk_scores: int) -> int:
+    return min(num_heads, max(max_chunk_scores // (size * size), 1))
 
 
 def _make_chunk(size: int, starts: torch.Tensor, lengths: torch.Tensor, history: torch.Tensor,
-                trash_index: int, heads_per_group: int) -> Chunk:
+                trash_index: int, heads_per_group: int, sequences: tuple[int, ...],
+                kept: tuple[int, ...]) -> Chunk:
     pos = torch.arange(size, device=starts.device).view(1, size)
     inside = pos < lengths.view(-1, 1)
     tokens = starts.view(-1, 1) + pos
     return Chunk(size=size, gather=torch.where(inside, tokens, 0).reshape(-1),
                  padding=torch.nonzero(~inside.reshape(-1)).flatten(),
                  scatter=torch.where(inside, tokens, trash_index).reshape(-1),
-                 lengths=lengths, history=history, heads_per_group=heads_per_group)
+                 lengths=lengths, history=history, heads_per_group=heads_per_group,
+                 sequences=sequences, kept=kept)
