@@ -33,12 +33,21 @@ from gem.data.profile import profile_dataset
 from gem.features.config import FeaturesConfig
 from gem.features.feast_repo import apply, copy_repo, resolve_repo
 from gem.features.feast_sources import export
-from gem.features.jobs import shard_job, stage_job
-from gem.features.plan import PLAN_FILE, WORK_DIR, BuildPlan, dataset_days, day_start_us, to_us, window_days
+from gem.features.jobs import index_job, shard_job, stage_job
+from gem.features.plan import (
+    PLAN_FILE,
+    WORK_DIR,
+    BuildPlan,
+    dataset_days,
+    day_start_us,
+    shard_periods,
+    to_us,
+    window_days,
+)
 from gem.features.report import build_report, log_to_mlflow, read_report, report_warnings
 from gem.features.segments import FORMAT
 from gem.features.shards import DENSE_FEATURES, SPARSE_FEATURES, list_shards, read_stats
-from gem.features.staging import group_days
+from gem.features.staging import day_events, group_days
 from gem.features.storage import dir_bytes, dir_digest, dumps, file_digest, write_json_atomic
 from gem.features.validation import checked_dataset
 from gem.features.vocab import VOCAB_DIR, VOCAB_NAMES, Vocabularies, build_vocabularies
@@ -91,6 +100,9 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
         raise ValueError(f"window start {start.isoformat()} must be before its end {end.isoformat()}")
     start_us, end_us = to_us(start), to_us(end)
     history_days = [d for d in dataset_days(data_dir) if day_start_us(d) < end_us]
+    sizes = day_events(data_dir, history_days)
+    example_days, period_days = shard_periods(window_days(start_us, end_us), sizes, days_per_shard=cfg.days_per_shard,
+                                              shard_events=cfg.shard_events, num_buckets=cfg.num_buckets)
     profile = profile_dataset(data_dir)  # the whole dataset's: every window of it gets the same spec
     for warning in profile.warnings:
         log.warning("features: %s", warning)
@@ -101,15 +113,17 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
         window_start=start.isoformat(), window_end=end.isoformat(),
         window_start_us=start_us, window_end_us=end_us,
         history_days=history_days,
-        stage_groups=group_days(data_dir, history_days, min_groups=_workers(cfg, len(history_days))),
-        example_days=window_days(start_us, end_us, cfg.days_per_shard), days_per_shard=cfg.days_per_shard,
+        stage_groups=group_days(data_dir, history_days, min_groups=_workers(cfg, len(history_days)), sizes=sizes),
+        example_days=example_days, period_days=period_days, days_per_shard=cfg.days_per_shard,
+        shard_events=cfg.shard_events,
         max_seq_len=cfg.max_seq_len, num_buckets=cfg.num_buckets, include_organic=cfg.include_organic,
         feast_repo=str(resolve_repo(cfg.feast_repo)),
         # the data's surfaces; tasks stay (click, conversion) while the students' model has
         # two fixed outputs (students/model.py): without conversions that label is all 0 and
         # its metrics are left out (no positive). The GEM heads, loader and knowledge take
         # the data's tasks (profile.tasks, recorded in the manifest) as they are.
-        surfaces=profile.surfaces, tasks=list(TASKS),
+        surfaces=profile.surfaces, tasks=list(TASKS), data_tasks=list(profile.tasks),
+        data_warnings=list(profile.warnings),  # the scan reads every event file: once per build
     )
     vocab = Vocabularies.read(Path(cfg.vocab_from)) if cfg.vocab_from else build_vocabularies(
         data_dir, end_us, cfg.min_count)
@@ -120,9 +134,16 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
     plan.write()
     with process_pool(_workers(cfg, len(plan.stage_groups))) as pool:
         staged = sum(pool.map(stage_job, [(plan, g) for g in range(len(plan.stage_groups))]))
-    log.info("features: staged %d events of %d days into %d buckets", staged, len(plan.history_days),
-             plan.num_buckets)
+    with process_pool(_workers(cfg, plan.num_buckets)) as pool:
+        indexed = sum(pool.map(index_job, [(plan, b) for b in range(plan.num_buckets)]))
+    log.info("features: staged %d events of %d days into %d buckets x %d periods (%s days each); index read %d rows",
+             staged, len(plan.history_days), plan.num_buckets, len(plan.example_days), _widths(plan), indexed)
     return plan
+
+
+def _widths(plan: BuildPlan) -> str:
+    lo, hi = min(plan.period_days), max(plan.period_days)
+    return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 def _earlier_build(folder: Path) -> bool:
@@ -152,7 +173,7 @@ def finalize_build(plan: BuildPlan, cfg: FeaturesConfig, *, previous_report: str
     window = {"start": plan.window_start, "end": plan.window_end}
     previous = read_report(previous_report) if previous_report else None
     report = build_report(stats, window=window, max_seq_len=plan.max_seq_len, previous=previous)
-    report["warnings"] = report_warnings(report, profile_dataset(Path(plan.data_dir)).warnings)
+    report["warnings"] = report_warnings(report, plan.data_warnings)
     for warning in report["warnings"]:
         log.warning("features report: %s", warning)
     write_json_atomic(report, out / REPORT_FILE)
@@ -169,7 +190,8 @@ def _manifest(plan, cfg, spec, keys, stats, window) -> dict:
     shards = []
     for key, s in zip(keys, stats):
         directory = plan.shards_dir / key.name
-        shards.append({"name": key.name, "bucket": key.bucket, "day": key.day, "examples": s["examples"],
+        shards.append({"name": key.name, "bucket": key.bucket, "day": key.day, "days": len(s["examples_by_day"]),
+                       "examples": s["examples"], "examples_by_day": s["examples_by_day"],
                        "history_events": s["history_events_stored"], "bytes": dir_bytes(directory),
                        "sha256": dir_digest(directory)})
     examples = sum(s["examples"] for s in shards)
@@ -184,7 +206,7 @@ def _manifest(plan, cfg, spec, keys, stats, window) -> dict:
     return {
         "format": FORMAT,
         "dataset": {"name": source.name, "source": source.source, "surfaces": list(source.surfaces),
-                    "data_surfaces": list(plan.surfaces), "data_tasks": profile_dataset(Path(plan.data_dir)).tasks,
+                    "data_surfaces": list(plan.surfaces), "data_tasks": list(plan.data_tasks),
                     "manifest_sha256": file_digest(Path(plan.data_dir) / MANIFEST)},
         "window": window,
         "spec": spec.to_dict(),
@@ -192,7 +214,11 @@ def _manifest(plan, cfg, spec, keys, stats, window) -> dict:
         "shards": shards,
         "counts": {"examples": examples, "shards": len(shards),
                    "history_events_stored": sum(s["history_events"] for s in shards),
-                   "sequence_elements": seq_elements},
+                   "sequence_elements": seq_elements,
+                   "staged_rows_read_by_shards": sum(s["staged_rows_read"] for s in stats)},
+        # the shard width as configured (0: chosen from the events per day) and as chosen
+        "periods": {"days_per_shard": plan.days_per_shard, "shard_events": plan.shard_events,
+                    "first_days": list(plan.example_days), "days": list(plan.period_days)},
         "bytes": {"total": total_bytes, "per_example": total_bytes / examples if examples else 0.0,
                   "materialized_per_example": (seq_elements * MATERIALIZED_ELEMENT_BYTES / examples
                                                if examples else 0.0)},

@@ -8,8 +8,12 @@ from dataclasses import dataclass
 @dataclass(kw_only=True)
 class FeaturesConfig:
     max_seq_len: int = 1024  # last-N history events per example (the loader truncates to this)
-    num_buckets: int = 8  # user hash buckets; shards are (bucket, UTC day)
-    days_per_shard: int = 1  # >1: (bucket, period of days) shards: fewer, larger files
+    num_buckets: int = 8  # user hash buckets; shards are (bucket, period of whole UTC days)
+    # days per shard period; 0 = chosen from the data: consecutive days are merged until a
+    # period holds about shard_events events per bucket (a sparse 3-year log gets few
+    # shards, a dense day stays a shard of its own); N >= 1: every period is N days
+    days_per_shard: int = 0
+    shard_events: int = 100_000
     include_organic: bool = False  # also emit an example for every organic event
     # False: label-blind histories (items acted on strictly before, without their labels;
     # no prior CTR): the peers' protocol (benchmarks/quality, protocol "peers")
@@ -29,8 +33,10 @@ class FeaturesConfig:
             raise ValueError(f"features.max_seq_len must be in [1, 65536], got {self.max_seq_len}")
         if not 1 <= self.num_buckets <= 4096:
             raise ValueError(f"features.num_buckets must be in [1, 4096], got {self.num_buckets}")
-        if not 1 <= self.days_per_shard <= 366:
-            raise ValueError(f"features.days_per_shard must be in [1, 366], got {self.days_per_shard}")
+        if not 0 <= self.days_per_shard <= 366:
+            raise ValueError(f"features.days_per_shard must be 0 (auto) or in [1, 366], got {self.days_per_shard}")
+        if self.shard_events < 1:
+            raise ValueError(f"features.shard_events must be >= 1, got {self.shard_events}")
         if self.min_count < 1:
             raise ValueError(f"features.min_count must be >= 1, got {self.min_count}")
         if self.recent_k < 1:

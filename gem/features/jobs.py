@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gem.features.index import index_bucket
 from gem.features.plan import BuildPlan, ShardKey
 from gem.features.shards import build_shard
 from gem.features.staging import stage_group
@@ -21,3 +22,7 @@ def stage_job(job: tuple[BuildPlan, int]) -> int:
 
 def shard_job(job: tuple[BuildPlan, ShardKey]) -> dict:
     return build_shard(*job)
+
+
+def index_job(job: tuple[BuildPlan, int]) -> int:
+    return index_bucket(*job)

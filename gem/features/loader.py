@@ -2,14 +2,17 @@
 
 Order of an epoch (seed, epoch, num_workers fixed => the same batches in the same order):
 - shards are ordered by ``shard_order``: "random" permutes them by ``(seed, epoch)``
-  (when shuffling); "time" takes them day by day, oldest first, the buckets of a day
-  permuted by ``(seed, epoch)`` (when shuffling), so a model trained on a time window
-  ends on its freshest day, as a model trained on the live stream would;
+  (when shuffling); "time" takes them period by period, oldest first, the buckets of a
+  period permuted by ``(seed, epoch)`` (when shuffling);
 - shards are dealt round-robin to S = max(1, num_workers) streams; stream s reads
-  shards ``order[s::S]`` in turn;
-- within a shard, examples are permuted by ``(seed, epoch, shard)``; a stream cuts its
-  examples into batches of ``batch_size`` (a batch may span two shards of the stream;
-  only the stream's last batch can be short, dropped when ``drop_last``);
+  shards ``order[s::S]`` in turn ("time": its shards of a period day by day, every
+  shard's examples of one day before the next day's, so a model trained on a time
+  window ends on its freshest day, as a model trained on the live stream would,
+  however many days a shard holds);
+- within a shard, examples are permuted by ``(seed, epoch, shard)`` ("time": then
+  grouped by day, keeping that order within a day); a stream cuts its examples into
+  batches of ``batch_size`` (a batch may span two shards of the stream; only the
+  stream's last batch can be short, dropped when ``drop_last``);
 - batches are emitted round-robin over the streams that still have batches.
 num_workers=0 reads the single stream in-process; num_workers=1 gives the same order.
 Each worker process owns one stream, so every shard's examples are read once per epoch.
@@ -17,6 +20,10 @@ Each worker process owns one stream, so every shard's examples are read once per
 Histories are carried across the shards of a bucket (see shards.py): reading shard
 (b, d) also reads the history segments of the shards (b, <= d); each stream keeps the
 decoded segments in an LRU cache (``cache_events``).
+
+``split`` + ``part`` (gem.protocol.Split) keep only the examples of one part of an
+explicit split (time cut points or a file of example ids), row for row: the order is
+then that of those examples alone.
 
 ``state_dict()`` records (epoch, batches already yielded); after ``load_state_dict``
 iteration resumes with exactly the remaining batches, skipping consumed shards
@@ -54,9 +61,13 @@ from gem.features.segments import (
 )
 from gem.features.shards import DENSE_FEATURES, dense_features
 from gem.features.storage import dir_bytes
+from gem.protocol import SPLIT_PARTS, Split
+
+US_PER_DAY = 86_400 * US_PER_S
 
 DEFAULT_CACHE_EVENTS = 4_000_000  # decoded history events kept per stream (24 bytes each)
-STATE_KEYS = ("seed", "batch_size", "num_workers", "shuffle", "shard_order", "drop_last", "shards", "digest")
+STATE_KEYS = ("seed", "batch_size", "num_workers", "shuffle", "shard_order", "drop_last", "shards", "digest",
+              "split")
 SHARD_ORDERS = ("random", "time")
 
 
@@ -253,13 +264,16 @@ class FeatureLoader:
 
     def __init__(self, features_dir: str | Path, *, batch_size: int, shuffle: bool = True, seed: int = 0,
                  num_workers: int = 0, shards: list[str] | None = None, drop_last: bool = False,
-                 cache_events: int = DEFAULT_CACHE_EVENTS, shard_order: str = "random"):
+                 cache_events: int = DEFAULT_CACHE_EVENTS, shard_order: str = "random",
+                 split: Split | None = None, part: str = ""):
         if shard_order not in SHARD_ORDERS:
             raise ValueError(f"shard_order={shard_order!r} must be one of {SHARD_ORDERS}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if split is not None and part not in SPLIT_PARTS:
+            raise ValueError(f"part={part!r}: with a split, one of {SPLIT_PARTS}")
         self.features_dir = Path(features_dir)
         self.manifest = read_manifest(self.features_dir)
         self.spec = FeatureSpec.from_dict(self.manifest["spec"])
@@ -283,10 +297,28 @@ class FeatureLoader:
         self.shard_names = names
         self._days = [entries[n]["day"] for n in names]
         self.shard_order = shard_order
-        self._counts = np.array([entries[n]["examples"] for n in names], dtype=np.int64)
+        # examples per day of each shard's period (builds without it: one slice per shard)
+        self._by_day = [list(entries[n].get("examples_by_day") or [entries[n]["examples"]]) for n in names]
+        self._kept = None  # with a split: per shard, the positions of the examples of the part
+        self.split, self.part = split, part
+        if split is not None:
+            self._kept, self._by_day = self._select(names, split, part)
+        self._counts = np.array([sum(d) for d in self._by_day], dtype=np.int64)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.num_workers, self.drop_last, self.cache_events = num_workers, drop_last, cache_events
         self.epoch, self._position = 0, 0
+
+    def _select(self, names: list[str], split: Split, part: str):
+        """Per shard, the positions of its examples of ``part`` and their count per day."""
+        kept, by_day = [], []
+        for name, days in zip(names, self._by_day):
+            directory = self.features_dir / "shards" / name
+            ex = read_examples(directory, read_segment(directory))
+            positions = np.flatnonzero(split.parts(ex["example_id"], ex["event_time"]) == part)
+            kept.append(positions)
+            by_day.append(np.bincount(_day_slots(ex, directory)[positions], minlength=len(days))[:len(days)].tolist()
+                          if len(days) > 1 else [len(positions)])
+        return kept, by_day
 
     @property
     def num_examples(self) -> int:
@@ -331,24 +363,51 @@ class FeatureLoader:
         return np.asarray(out, dtype=np.int64)
 
     def _example_order(self, epoch: int, shard: int) -> np.ndarray:
+        """Positions of the shard's examples (of the split's part) in the epoch's order."""
         n = int(self._counts[shard])
-        if not self.shuffle:
-            return np.arange(n)
-        key = self._index[self.shard_names[shard]]
-        return np.random.default_rng([self.seed, epoch, key]).permutation(n)
+        order = np.arange(n)
+        if self.shuffle:
+            key = self._index[self.shard_names[shard]]
+            order = np.random.default_rng([self.seed, epoch, key]).permutation(n)
+        return order if self._kept is None else self._kept[shard][order]
+
+    def _stream_slices(self, epoch: int, stream: int) -> list[tuple[int, int]]:
+        """(shard, day of its period or -1 = all) in the order the stream reads them."""
+        shards = self._stream_shards(epoch, stream)
+        if self.shard_order != "time":
+            return [(shard, -1) for shard in shards]
+        first = {shard: _day_number(self._days[shard]) for shard in shards}
+        slices = [(first[shard] + d, pos, shard, d) for pos, shard in enumerate(shards)
+                  for d in range(len(self._by_day[shard])) if self._by_day[shard][d] or len(self._by_day[shard]) == 1]
+        return [(shard, d if len(self._by_day[shard]) > 1 else -1) for _, _, shard, d in sorted(slices)]
 
     def _iter_stream(self, epoch: int, stream: int, skip_batches: int) -> Iterator[dict[str, np.ndarray]]:
         skip = skip_batches * self.batch_size
         parts, pending = [], 0
         cache = SegmentCache(self.cache_events)
-        for shard in self._stream_shards(epoch, stream):
-            n = int(self._counts[shard])
+        slices = self._stream_slices(epoch, stream)
+        last_use = {shard: i for i, (shard, _) in enumerate(slices)}
+        open_shards: dict[int, tuple[ShardData, np.ndarray]] = {}  # read, with their order, until their last day
+        for i, (shard, day) in enumerate(slices):
+            n = int(self._counts[shard] if day < 0 else self._by_day[shard][day])
             if skip >= n:  # consumed before a resume (or empty): not even read
                 skip -= n
                 continue
-            chain = self._chains[self.shard_names[shard]]
-            data = read_shard([self.features_dir / "shards" / name for name in chain], cache)
-            order = self._example_order(epoch, shard)[skip:]
+            if shard not in open_shards:
+                chain = self._chains[self.shard_names[shard]]
+                data = read_shard([self.features_dir / "shards" / name for name in chain], cache)
+                order = self._example_order(epoch, shard)
+                if day >= 0:  # grouped by day, the shuffled order kept within each day
+                    slots = _day_slots(data.examples, self.features_dir / "shards" / self.shard_names[shard])
+                    order = order[np.argsort(slots[order], kind="stable")]
+                open_shards[shard] = (data, order)
+            data, order = open_shards[shard]
+            if day >= 0:
+                lo = int(sum(self._by_day[shard][:day]))
+                order = order[lo:lo + n]
+            if last_use[shard] == i:
+                del open_shards[shard]
+            order = order[skip:]
             skip = 0
             pos = 0
             while pos < len(order):
@@ -388,13 +447,26 @@ class FeatureLoader:
         return {"epoch": self.epoch, "position": self._position, "seed": self.seed,
                 "batch_size": self.batch_size, "num_workers": self.num_workers, "shuffle": self.shuffle,
                 "shard_order": self.shard_order, "drop_last": self.drop_last, "shards": list(self.shard_names),
-                "digest": self.manifest["digest"]}
+                "digest": self.manifest["digest"],
+                "split": f"{self.split.key}:{self.part}" if self.split is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
-        state = {"shard_order": "random", **state}  # states saved before shard_order existed
+        state = {"shard_order": "random", "split": None, **state}  # states saved before these existed
         for key in STATE_KEYS:
             if state.get(key) != self.state_dict()[key]:
                 raise ValueError(
                     f"loader state was saved with {key}={state.get(key)!r} but this loader has "
                     f"{self.state_dict()[key]!r}; resume needs the same data and settings")
         self.epoch, self._position = int(state["epoch"]), int(state["position"])
+
+
+def _day_number(day: str) -> int:
+    import datetime as dt
+
+    return dt.date.fromisoformat(day).toordinal()
+
+
+def _day_slots(examples: dict[str, np.ndarray], shard_dir: Path) -> np.ndarray:
+    """int64 (B,): the day of each example within its shard's period (0 = the first)."""
+    start = (_day_number(Path(shard_dir).name.split("-", 1)[1]) - _day_number("1970-01-01")) * US_PER_DAY
+    return (examples["event_time"] - start) // US_PER_DAY

@@ -11,6 +11,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from gem.data.contract import DAY_PARTITION, EVENTS_DIR, SURFACES, TASKS, parse_utc
 from gem.features.storage import write_json_atomic
 
@@ -46,15 +48,19 @@ class BuildPlan:
     window_start_us: int
     window_end_us: int
     history_days: list[str]  # every dataset day up to the window end (history source)
-    stage_groups: list[list[str]]  # consecutive history days staged together (one file per bucket)
+    stage_groups: list[list[str]]  # consecutive history days staged together (one pass each)
     example_days: list[str]  # first day of each shard period (one shard per bucket and period)
-    days_per_shard: int  # days of impressions per shard (1: bucket x day)
+    period_days: list[int]  # days of each period (the chosen width: see shard_periods)
+    days_per_shard: int  # as configured: 0 = chosen from events per day, N = every period N days
+    shard_events: int  # the events per bucket a period is filled to when days_per_shard is 0
     max_seq_len: int
     num_buckets: int
     include_organic: bool
     feast_repo: str
     surfaces: list[str] = field(default_factory=lambda: list(SURFACES))  # the data's (gem.data.profile)
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    data_tasks: list[str] = field(default_factory=lambda: list(TASKS))  # the tasks with labels in the data
+    data_warnings: list[str] = field(default_factory=list)  # gem.data.profile's, shown again in the report
 
     @property
     def work_dir(self) -> Path:
@@ -65,6 +71,10 @@ class BuildPlan:
         return self.work_dir / "staging"
 
     @property
+    def index_dir(self) -> Path:
+        return self.work_dir / "index"
+
+    @property
     def feast_dir(self) -> Path:
         return self.work_dir / "feast"
 
@@ -72,27 +82,38 @@ class BuildPlan:
     def shards_dir(self) -> Path:
         return Path(self.out_dir) / SHARDS_DIR
 
-    def staging_file(self, bucket: int, group: int) -> Path:
-        return self.staging_dir / f"bucket={bucket:03d}" / f"group={group:05d}.parquet"
+    def part_dir(self, bucket: int, part: int) -> Path:
+        """Staged events of one bucket and period (``part`` -1: before the first period)."""
+        name = "base" if part < 0 else f"part={part:05d}"
+        return self.staging_dir / f"bucket={bucket:03d}" / name
+
+    def staging_file(self, bucket: int, part: int, group: int) -> Path:
+        return self.part_dir(bucket, part) / f"group={group:05d}.parquet"
+
+    def index_file(self, bucket: int, part: int) -> Path:
+        return self.index_dir / f"bucket={bucket:03d}" / f"part={part:05d}.parquet"
+
+    def base_file(self, bucket: int) -> Path:
+        """The stored events from before the first period, all columns (the first shard's)."""
+        return self.index_dir / f"bucket={bucket:03d}" / "base.parquet"
+
+    def period_starts_us(self) -> np.ndarray:
+        return np.array([day_start_us(d) for d in self.example_days], dtype=np.int64)
+
+    def part_of(self, event_time_us: np.ndarray) -> np.ndarray:
+        """int64 (n,): the period of each event time, -1 before the first one."""
+        return np.searchsorted(self.period_starts_us(), event_time_us, side="right").astype(np.int64) - 1
+
+    def period_index(self, day: str) -> int:
+        try:
+            return self.example_days.index(day)
+        except ValueError:
+            raise ValueError(f"{self.out_dir}: no shard period starts on {day}") from None
 
     def period_us(self, day: str) -> tuple[int, int]:
         """[start, end) in microseconds of the shard period starting at ``day``."""
         lo = day_start_us(day)
-        return lo, lo + self.days_per_shard * US_PER_DAY
-
-    def groups_until(self, end_us: int) -> list[int]:
-        """Indices of the staging groups holding any day before ``end_us``."""
-        return [i for i, days in enumerate(self.stage_groups) if day_start_us(days[0]) < end_us]
-
-    def groups_overlapping(self, lo_us: int, hi_us: int) -> list[int]:
-        return [i for i, days in enumerate(self.stage_groups)
-                if any(lo_us <= day_start_us(d) < hi_us for d in days)]
-
-    def group_of(self, day: str) -> int:
-        for i, days in enumerate(self.stage_groups):
-            if day in days:
-                return i
-        return -1
+        return lo, lo + self.period_days[self.period_index(day)] * US_PER_DAY
 
     def write(self) -> Path:
         path = self.work_dir / PLAN_FILE
@@ -106,7 +127,32 @@ class BuildPlan:
             path = path / WORK_DIR / PLAN_FILE
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no build plan; run prepare_build first")
-        return cls(**json.loads(path.read_text()))
+        fields = json.loads(path.read_text())
+        if "period_days" not in fields:
+            raise ValueError(f"{path}: a plan of an older layout; run prepare_build again")
+        return cls(**fields)
+
+
+def shard_periods(window: list[str], day_events: dict[str, int], *, days_per_shard: int, shard_events: int,
+                  num_buckets: int) -> tuple[list[str], list[int]]:
+    """(first day, days) of each shard period over the window's days. ``days_per_shard``
+    N >= 1: N days each. 0: consecutive days are merged until the period holds
+    ``shard_events`` events per bucket (``day_events``: events per day, e.g. from the
+    Parquet footers), so the shards follow the events, not the calendar: a dense day is
+    a period of its own, a sparse year a few."""
+    if days_per_shard:
+        starts = window[::days_per_shard]
+        return starts, [days_per_shard] * len(starts)
+    target = shard_events * num_buckets
+    starts, days, filled = [], [], target
+    for day in window:
+        if filled >= target:
+            starts.append(day)
+            days.append(0)
+            filled = 0
+        days[-1] += 1
+        filled += day_events.get(day, 0)
+    return starts, days
 
 
 def to_us(moment: dt.datetime) -> int:

@@ -1,8 +1,9 @@
-"""Staging: the event log re-cut by (user bucket, day), encoded for shard builds.
+"""Staging: the event log re-cut by (user bucket, shard period), encoded for shard builds.
 
 One pass over the dataset, a group of UTC days at a time (memory: ~1M events). Each
-staged file holds the events of one bucket and day, sorted by (user_id, event_time,
-event_id), with categorical columns already encoded:
+staged file ``bucket=B/part=P/group=G.parquet`` holds the events of one bucket whose
+event_time lies in period P (``base``: before the first period) that group G read,
+sorted by (user_id, event_time, event_id), with categorical columns already encoded:
 
     user_id int64 (raw), item int32 (dense id), item_raw int64, event_id int64,
     event_time int64 (us), is_ad int8, surface int16 (1 + index in the data's surfaces,
@@ -102,14 +103,20 @@ def _encode(plan: BuildPlan, vocab: Vocabularies, table: pa.Table) -> dict[str, 
     return columns
 
 
-def group_days(data_dir: Path, days: list[str], target_events: int = 1_000_000,
-               min_groups: int = 1) -> list[list[str]]:
-    """Consecutive days in groups of about ``target_events`` (Parquet footers only), and
-    at least ``min_groups`` groups when there are enough days (parallelism)."""
-    sizes = []
+def day_events(data_dir: Path, days: list[str]) -> dict[str, int]:
+    """Events per dataset day, from the Parquet footers only."""
+    sizes = {}
     for day in days:
         files = (Path(data_dir) / EVENTS_DIR / f"day={day}").glob("*.parquet")
-        sizes.append(sum(pq.ParquetFile(f).metadata.num_rows for f in files if not f.name.startswith((".", "_"))))
+        sizes[day] = sum(pq.ParquetFile(f).metadata.num_rows for f in files if not f.name.startswith((".", "_")))
+    return sizes
+
+
+def group_days(data_dir: Path, days: list[str], target_events: int = 1_000_000,
+               min_groups: int = 1, sizes: dict[str, int] | None = None) -> list[list[str]]:
+    """Consecutive days in groups of about ``target_events`` (Parquet footers only), and
+    at least ``min_groups`` groups when there are enough days (parallelism)."""
+    sizes = [(sizes or day_events(data_dir, days))[d] for d in days]
     target = max(1, min(target_events, sum(sizes) // max(1, min_groups)))
     groups, current, current_size = [], [], 0
     for day, size in zip(days, sizes):
@@ -163,13 +170,17 @@ def _empty_events() -> pa.Table:
 
 
 def _write_buckets(plan: BuildPlan, group: int, columns: dict[str, np.ndarray]) -> None:
-    bucket = user_bucket(columns["user_id"], plan.num_buckets)
-    order = np.lexsort((columns["event_id"], columns["event_time"], columns["user_id"], bucket))
-    bucket = bucket[order]
-    bounds = np.searchsorted(bucket, np.arange(plan.num_buckets + 1))
-    for b in range(plan.num_buckets):
-        sel = order[bounds[b]:bounds[b + 1]]
-        write_parquet_atomic(pa.table({k: v[sel] for k, v in columns.items()}), plan.staging_file(b, group))
+    """One file per (bucket, period) with events in this group (none where it has none)."""
+    bucket = user_bucket(columns["user_id"], plan.num_buckets).astype(np.int64)
+    part = plan.part_of(columns["event_time"])
+    cell = bucket * (len(plan.example_days) + 1) + part + 1
+    order = np.lexsort((columns["event_id"], columns["event_time"], columns["user_id"], cell))
+    cell = cell[order]
+    cells, starts = np.unique(cell, return_index=True)
+    for c, lo, hi in zip(cells.tolist(), starts.tolist(), [*starts[1:].tolist(), len(cell)]):
+        b, p = divmod(c, len(plan.example_days) + 1)
+        sel = order[lo:hi]
+        write_parquet_atomic(pa.table({k: v[sel] for k, v in columns.items()}), plan.staging_file(b, p - 1, group))
 
 
 def example_mask(plan: BuildPlan, columns: dict[str, np.ndarray]) -> np.ndarray:
@@ -183,13 +194,50 @@ def example_mask(plan: BuildPlan, columns: dict[str, np.ndarray]) -> np.ndarray:
 ATTRIBUTE_COLUMNS = tuple(f"attr_{a}" for a in USER_ATTRIBUTES + ITEM_ATTRIBUTES)
 
 
-def read_staged(plan: BuildPlan, bucket: int, groups: list[int], *, before_us: int, from_us: int | None = None,
-                columns: list[str] | None = None) -> dict[str, np.ndarray]:
-    """The staged events of one bucket in ``groups`` (in order) with ``from_us`` <=
-    event_time < ``before_us``, as numpy columns (all, or ``columns``)."""
-    filters = [("event_time", "<", before_us)] + ([("event_time", ">=", from_us)] if from_us is not None else [])
-    tables = [pq.read_table(plan.staging_file(bucket, g), columns=columns, filters=filters) for g in groups]
+STAGED_COLUMNS = ["user_id", "item", "event_id", "event_time", "is_ad", "surface", "event_type", "click",
+                  "conversion", "conversion_time", "click_known", "hidden", "example", *ATTRIBUTE_COLUMNS]
+
+
+def read_part(plan: BuildPlan, bucket: int, part: int, columns: list[str]) -> dict[str, np.ndarray]:
+    """The staged events of one bucket and period in ``columns``, in group order (each
+    group's rows sorted by user, time, event id); {} when there are none."""
+    files = sorted(plan.part_dir(bucket, part).glob("group=*.parquet"))
+    return read_tables([pq.read_table(f, columns=columns) for f in files])
+
+
+def read_tables(tables: list[pa.Table]) -> dict[str, np.ndarray]:
+    tables = [t for t in tables if t.num_rows]
     if not tables:
         return {}
     table = pa.concat_tables(tables)
     return {name: table.column(name).to_numpy() for name in table.column_names}
+
+
+def concat_columns(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    parts = [p for p in parts if p]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
+
+
+def sort_by_user(h: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    # staged files are each sorted by (user, time, event_id) and come in time order, so
+    # a stable sort on user alone restores (user, time, event_id); timsort uses the runs
+    order = np.argsort(h["user_id"], kind="stable")
+    h = {k: v[order] for k, v in h.items()}
+    user, t, eid = h["user_id"], h["event_time"], h["event_id"]
+    same = user[1:] == user[:-1]
+    ordered = (t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (eid[1:] > eid[:-1]))
+    if not np.all(~same | ordered):  # an event filed under the wrong day: full sort
+        order = np.lexsort((eid, t, user))
+        h = {k: v[order] for k, v in h.items()}
+    return h
+
+
+def empty_staged(columns: list[str]) -> dict[str, np.ndarray]:
+    h = {c: np.zeros(0, dtype=np.int64) for c in ("user_id", "item_raw", "event_id", "event_time", "conversion_time")}
+    h.update({c: np.zeros(0, dtype=np.int8) for c in ("is_ad", "event_type", "click", "conversion", "hidden")})
+    h["surface"] = np.zeros(0, dtype=np.int16)
+    h["click_known"] = np.zeros(0, dtype=np.int64)
+    h["item"] = np.zeros(0, dtype=np.int32)
+    h["example"] = np.zeros(0, dtype=bool)
+    h.update({f"attr_{a}": np.zeros(0, dtype=np.int32) for a in USER_ATTRIBUTES + ITEM_ATTRIBUTES})
+    return {c: h[c] for c in columns}

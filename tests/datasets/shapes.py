@@ -32,6 +32,50 @@ def _rewrite(root: Path, frame, manifest: Manifest) -> None:
     manifest.write(root)
 
 
+def _spread(ev, start, span_s: int, every_days: int = 1):
+    """The events moved to sorted random times over ``span_s`` seconds from ``start`` (on
+    every ``every_days``-th day only), in their time order; delays kept."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    offset = np.sort(rng.integers(0, span_s, len(ev)))
+    offset = offset // (every_days * 86_400) * (every_days * 86_400) + offset % 86_400
+    order = np.argsort(ev["event_time"].to_numpy(), kind="stable")
+    new_time = np.empty(len(ev), dtype="datetime64[us]")
+    new_time[order] = (start.to_datetime64() + offset.astype("timedelta64[s]")).astype("datetime64[us]")
+    delay = ev["conversion_time"] - ev["event_time"]
+    click_delay = ev["click_time"] - ev["event_time"]
+    ev = ev.copy()
+    ev["event_time"] = pd.to_datetime(new_time, utc=True)
+    ev["conversion_time"] = ev["event_time"] + delay
+    ev["click_time"] = ev["event_time"] + click_delay
+    return ev
+
+
+def repeated_years(base: Path, out: Path, years: int, every_days: int = 7) -> Path:
+    """``base``'s events spread over one year (on every ``every_days``-th day), repeated
+    for ``years`` years with new event ids: the same events per day whatever the span,
+    while every user's history keeps growing year after year."""
+    import pandas as pd
+
+    shutil.copytree(base, out, ignore=shutil.ignore_patterns("_validation", ".gem-output"))
+    manifest = Manifest.read(out)
+    ev = _events(out)
+    start = ev["event_time"].min().floor("D")
+    year = _spread(ev, start, 365 * 86_400, every_days)
+    step = int(ev["event_id"].max()) + 1
+    copies = []
+    for k in range(years):
+        copy = year.copy()
+        for column in ("event_time", "conversion_time", "click_time"):
+            copy[column] = copy[column] + dt.timedelta(days=365 * k)
+        copy["event_id"] = copy["event_id"] + k * step
+        copies.append(copy)
+    manifest.window_end = (start + dt.timedelta(days=365 * years + 1)).isoformat()
+    _rewrite(out, pd.concat(copies, ignore_index=True), manifest)
+    return out
+
+
 def make_shape(base: Path, out: Path, shape: str) -> Path:
     """``base`` (a small simulated dataset) turned into ``shape`` at ``out``."""
     shutil.copytree(base, out, ignore=shutil.ignore_patterns("_validation", ".gem-output"))
@@ -58,17 +102,8 @@ def make_shape(base: Path, out: Path, shape: str) -> Path:
         ev["conversion_time"] = ev["conversion_time"].where(ev["conversion_time"].isna(), ev["event_time"]
                                                             + dt.timedelta(seconds=1))
     elif shape == "three_years":  # the same events spread over 3 years: few per day
-        rng = np.random.default_rng(0)
         start = ev["event_time"].min().floor("D")
-        offset = np.sort(rng.integers(0, 3 * 365 * 86_400, len(ev)))
-        order = np.argsort(ev["event_time"].to_numpy(), kind="stable")
-        new_time = np.empty(len(ev), dtype="datetime64[us]")
-        new_time[order] = (start.to_datetime64() + offset.astype("timedelta64[s]")).astype("datetime64[us]")
-        import pandas as pd
-
-        delay = ev["conversion_time"] - ev["event_time"]
-        ev["event_time"] = pd.to_datetime(new_time, utc=True)
-        ev["conversion_time"] = ev["event_time"] + delay
+        ev = _spread(ev, start, 3 * 365 * 86_400)
         manifest.window_end = (start + dt.timedelta(days=3 * 365 + 1)).isoformat()
     elif shape == "users_without_attributes":
         users = pq.read_table(out / USERS_FILE)
