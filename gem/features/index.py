@@ -22,12 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gem.features.jagged import run_starts
 from gem.features.plan import BuildPlan
 from gem.features.staging import STAGED_COLUMNS, concat_columns, empty_staged, read_part, sort_by_user
-from gem.features.storage import write_parquet_atomic
+from gem.features.storage import read_parquet, write_parquet_atomic
 
 INDEX_COLUMNS = ["user_id", "event_time", "event_id", "example", "is_ad", "click", "item", "click_known", "hidden"]
 BEFORE = ("events_before", "ad_impressions_before", "ad_clicks_before")
@@ -135,6 +134,6 @@ def _per_row(index: BucketIndex, n_max: int) -> dict[str, np.ndarray]:
 
 
 def read_index(plan: BuildPlan, bucket: int, part: int) -> dict[str, np.ndarray]:
-    table = pq.read_table(plan.index_file(bucket, part))
+    table = read_parquet(plan.index_file(bucket, part))
     return {name: table.column(name).to_numpy() for name in table.column_names}
 

@@ -41,10 +41,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from gem.data.contract import ITEM_ATTRIBUTES, USER_ATTRIBUTES
 from gem.features.plan import ShardKey, day_start_us
+from gem.features.storage import read_parquet
 
 FORMAT = "gem-features/3"  # manifest format: this layout (histories carried across day shards, label times)
 EXAMPLES_FILE, HISTORY_FILE, USERS_FILE = "examples.parquet", "history.parquet", "users.parquet"
@@ -100,8 +100,8 @@ class Segment:
 
 
 def read_segment(shard_dir: Path) -> Segment:
-    users = pq.read_table(Path(shard_dir) / USERS_FILE)
-    history = pq.read_table(Path(shard_dir) / HISTORY_FILE)
+    users = read_parquet(Path(shard_dir) / USERS_FILE)
+    history = read_parquet(Path(shard_dir) / HISTORY_FILE)
     users = {name: users.column(name).to_numpy() for name in users.column_names}
     offsets = np.concatenate([[0], np.cumsum(users["events"], dtype=np.int64)])
     events = unpack_codes(history.column("code").to_numpy())
@@ -120,7 +120,7 @@ def read_examples(shard_dir: Path, segment: Segment) -> dict[str, np.ndarray]:
     """The example columns of a shard, with those read from the example's own event in
     its segment: ``row`` (user row), ``raw_user_id``, ``user_id`` (dense), ``item_id``,
     ``surface`` (index into the spec's surfaces), ``click``, ``event_time`` (us)."""
-    table = pq.read_table(Path(shard_dir) / EXAMPLES_FILE)
+    table = read_parquet(Path(shard_dir) / EXAMPLES_FILE)
     ex = {name: table.column(name).to_numpy() for name in table.column_names}
     own, ev = ex["event"].astype(np.int64), segment.events
     row = np.searchsorted(segment.row_offsets, own, side="right") - 1

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gem.features.index import read_index
 from gem.features.plan import US_PER_DAY, BuildPlan, ShardKey
@@ -55,7 +54,7 @@ from gem.features.staging import (
     read_tables,
     sort_by_user,
 )
-from gem.features.storage import atomic_dir, dumps, write_parquet
+from gem.features.storage import atomic_dir, dumps, read_parquet, write_parquet
 from gem.features.vocab import Vocabularies
 
 SPARSE_FEATURES = ("user_id", "item_id", *ATTRIBUTE_FEATURES)
@@ -110,7 +109,7 @@ def build_shard(plan: BuildPlan, key: ShardKey) -> dict:
 def _read_segment_rows(plan: BuildPlan, bucket: int, part: int, event_ids: np.ndarray):
     """The staged rows of the shard's segment (the index's ``event_ids``, in its order)
     in every staged column, and the staged rows read to find them."""
-    first = [read_tables([pq.read_table(plan.base_file(bucket))])] if part == 0 else []
+    first = [read_tables([read_parquet(plan.base_file(bucket))])] if part == 0 else []
     h = concat_columns([*first, read_part(plan, bucket, part, STAGED_COLUMNS)])
     read = len(h["user_id"]) if h else 0
     h = sort_by_user(h) if h else empty_staged(STAGED_COLUMNS)

@@ -42,7 +42,7 @@ from gem.data.contract import (
 from gem.features.attributes import attribute_ids, fetch_attributes
 from gem.features.jagged import user_bucket
 from gem.features.plan import BuildPlan
-from gem.features.storage import write_parquet_atomic
+from gem.features.storage import read_parquet, write_parquet_atomic
 from gem.features.vocab import Vocabularies
 
 NO_CONVERSION = np.iinfo(np.int64).max
@@ -66,9 +66,10 @@ def read_day(data_dir: Path, day: str) -> pa.Table:
     tables = []
     for path in files:
         try:
-            present = set(pq.ParquetFile(path).schema_arrow.names)
+            file = pq.ParquetFile(path)
+            present = set(file.schema_arrow.names)
             wanted = [c for c in EVENT_COLUMNS if c in present or c not in OPTIONAL_EVENT_COLUMNS]
-            table = pq.read_table(path, columns=wanted)
+            table = file.read(columns=wanted)
             tables.append(with_optional_columns(table).select(EVENT_COLUMNS))
         except (pa.ArrowInvalid, KeyError) as exc:
             raise ContractError(f"{path}: cannot read event columns {EVENT_COLUMNS} ({exc})") from exc
@@ -202,7 +203,7 @@ def read_part(plan: BuildPlan, bucket: int, part: int, columns: list[str]) -> di
     """The staged events of one bucket and period in ``columns``, in group order (each
     group's rows sorted by user, time, event id); {} when there are none."""
     files = sorted(plan.part_dir(bucket, part).glob("group=*.parquet"))
-    return read_tables([pq.read_table(f, columns=columns) for f in files])
+    return read_tables([read_parquet(f, columns) for f in files])
 
 
 def read_tables(tables: list[pa.Table]) -> dict[str, np.ndarray]:

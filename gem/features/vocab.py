@@ -15,7 +15,6 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from gem.data.contract import (
     EVENTS_DIR,
@@ -24,7 +23,7 @@ from gem.data.contract import (
     USER_ATTRIBUTES,
     USERS_FILE,
 )
-from gem.features.storage import write_parquet_atomic
+from gem.features.storage import read_parquet, write_parquet_atomic
 
 VOCAB_DIR = "vocab"
 ID_VOCABS = ("user_id", "item_id")
@@ -57,7 +56,7 @@ class Vocabularies:
         missing = [n for n in VOCAB_NAMES if not (base / f"{n}.parquet").is_file()]
         if missing:
             raise FileNotFoundError(f"{base}: missing vocabularies {missing}")
-        return cls({n: pq.read_table(base / f"{n}.parquet").column("value").combine_chunks() for n in VOCAB_NAMES})
+        return cls({n: read_parquet(base / f"{n}.parquet").column("value").combine_chunks() for n in VOCAB_NAMES})
 
 
 def build_vocabularies(data_dir: Path, window_end_us: int, min_count: int) -> Vocabularies:
