@@ -2,13 +2,14 @@
 
 - ``lr_ids``: logistic regression (scikit-learn) on one-hot user and item ids;
 - ``item_ctr``: each item's click rate, smoothed towards the global rate;
-- ``fuxictr_din`` / ``fuxictr_wukong``: DIN and WuKong written on FuxiCTR's installed
-  building blocks (``BaseModel``, ``FeatureMap``, ``FeatureEmbedding``,
-  ``DIN_Attention``, ``MLP_Block``). The pip package fuxictr 2.3.10 ships only the
-  library (``fuxictr.pytorch.models`` has ``BaseModel`` and ``MultiTaskModel``), not the
-  model zoo (``model_zoo/DIN``, ``model_zoo/WuKong`` live only in the GitHub repository),
-  so both models are assembled here from the papers with FuxiCTR's layers and its
-  ``BaseModel`` (``compile``/``train_step``/loss, Adam, grad-norm clipping at 10).
+- ``fuxictr_din`` / ``fuxictr_wukong`` / ``fuxictr_dcnv2`` / ``fuxictr_dnn``: DIN, WuKong,
+  DCNv2 and a plain DNN written on FuxiCTR's installed building blocks (``BaseModel``,
+  ``FeatureMap``, ``FeatureEmbedding``, ``DIN_Attention``, ``CrossNetV2``, ``MLP_Block``).
+  The pip package fuxictr 2.3.10 ships only the library (``fuxictr.pytorch.models`` has
+  ``BaseModel`` and ``MultiTaskModel``), not the model zoo (``model_zoo/DIN``,
+  ``model_zoo/WuKong``, ``model_zoo/DCNv2`` live only in the GitHub repository), so the
+  models are assembled here from the papers with FuxiCTR's layers and its ``BaseModel``
+  (``compile``/``train_step``/loss, Adam, grad-norm clipping at 10).
 
 All read the same examples as GEM: ``load_examples(features_dir)`` walks the
 FeatureLoader once (no shuffling) and returns numpy arrays: the sparse ids of
@@ -182,11 +183,14 @@ def fuxictr_feature_map(ex: Examples, root: str | Path, *, dataset_id: str = "ge
     return fmap
 
 
-def fuxictr_batches(ex: Examples, batch_size: int, *, shuffle: bool, seed: int = 0, task: int = 0):
+def fuxictr_batches(ex: Examples, batch_size: int, *, shuffle: bool, seed: int = 0, task: int = 0,
+                    order: np.ndarray | None = None):
     """Batches as FuxiCTR models take them: {feature name: tensor, "click": labels}.
     Shuffled over the whole window, FuxiCTR's own convention: with its constant-lr Adam the
-    day order GEM's trainer reads scored lower (docs/model-quality.md)."""
-    order = np.random.default_rng(seed).permutation(len(ex)) if shuffle else np.arange(len(ex))
+    day order GEM's trainer reads scored lower (docs/model-quality.md). ``order``: these
+    rows in this order instead (the peers' protocol gives every model the same order)."""
+    if order is None:
+        order = np.random.default_rng(seed).permutation(len(ex)) if shuffle else np.arange(len(ex))
     sparse, history = torch.from_numpy(ex.sparse), torch.from_numpy(ex.history)
     dense, labels = torch.from_numpy(ex.dense), torch.from_numpy(ex.labels[:, task].copy())
     for lo in range(0, len(order), batch_size):
@@ -302,14 +306,79 @@ def make_wukong(fmap, root: str | Path, *, embedding_dim: int = 16, layers: int 
     return WuKong(fmap)
 
 
+def _pooled_fields(module, inputs) -> torch.Tensor:
+    """(B, n, d): every field's embedding, the item history mean-pooled over its
+    non-padded events (what FuxiCTR's non-sequence models do with a sequence field)."""
+    X = module.get_inputs(inputs)
+    emb = module.embedding.embedding_layer(X)
+    mask = (X[SEQ] > 0).float().unsqueeze(-1)
+    emb[SEQ] = (emb[SEQ] * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+    return module.embedding.embedding_layer.dict2tensor(emb, flatten_emb=False)
+
+
+def make_dnn(fmap, root: str | Path, *, embedding_dim: int = 16, dnn_units=(128, 64), seed: int = 0):
+    """DNN (the plain embedding + MLP baseline of the CTR literature): every field's
+    embedding (history mean-pooled) concatenated into an MLP."""
+    from fuxictr.pytorch.layers import FeatureEmbedding, MLP_Block
+    from fuxictr.pytorch.models import BaseModel
+
+    class DNN(BaseModel):
+        def __init__(self, feature_map):
+            super().__init__(feature_map, **_base_kwargs(root, "DNN"))
+            self.embedding = FeatureEmbedding(feature_map, embedding_dim)
+            self.dnn = MLP_Block(feature_map.num_fields * embedding_dim, output_dim=1,
+                                 hidden_units=list(dnn_units), hidden_activations="ReLU")
+            self.compile("adam", "binary_crossentropy", 1e-3)
+            self.reset_parameters()
+            self.model_to_device()
+
+        def forward(self, inputs):
+            return {"y_pred": self.output_activation(self.dnn(_pooled_fields(self, inputs).flatten(1)))}
+
+    torch.manual_seed(seed)
+    return DNN(fmap)
+
+
+def make_dcnv2(fmap, root: str | Path, *, embedding_dim: int = 16, cross_layers: int = 3, dnn_units=(128, 64),
+               seed: int = 0):
+    """DCNv2 (Wang et al., 2021), parallel structure as FuxiCTR's default: a cross network
+    of full-rank layers (``CrossNetV2``: x_{l+1} = x_0 * (W x_l + b) + x_l) beside an MLP,
+    both over the concatenated field embeddings (history mean-pooled), then one logit."""
+    from fuxictr.pytorch.layers import CrossNetV2, FeatureEmbedding, MLP_Block
+    from fuxictr.pytorch.models import BaseModel
+
+    class DCNv2(BaseModel):
+        def __init__(self, feature_map):
+            super().__init__(feature_map, **_base_kwargs(root, "DCNv2"))
+            self.embedding = FeatureEmbedding(feature_map, embedding_dim)
+            width = feature_map.num_fields * embedding_dim
+            self.cross = CrossNetV2(width, cross_layers)
+            self.dnn = MLP_Block(width, output_dim=None, hidden_units=list(dnn_units), hidden_activations="ReLU")
+            self.fc = nn.Linear(width + dnn_units[-1], 1)
+            self.compile("adam", "binary_crossentropy", 1e-3)
+            self.reset_parameters()
+            self.model_to_device()
+
+        def forward(self, inputs):
+            flat = _pooled_fields(self, inputs).flatten(1)
+            logit = self.fc(torch.cat([self.cross(flat), self.dnn(flat)], dim=-1))
+            return {"y_pred": self.output_activation(logit)}
+
+    torch.manual_seed(seed)
+    return DCNv2(fmap)
+
+
+FUXICTR_MODELS = {"din": make_din, "wukong": make_wukong, "dcnv2": make_dcnv2, "dnn": make_dnn}
+
+
 def train_fuxictr(kind: str, train: Examples, test: Examples, *, epochs: int = 2, batch_size: int = 512,
                   task: int = 0, seed: int = 0, max_len: int | None = None, **model_kwargs) -> dict:
-    """Train a FuxiCTR model (``kind`` = "din" | "wukong") with its BaseModel.train_step;
+    """Train a FuxiCTR model (``kind`` in FUXICTR_MODELS) with its BaseModel.train_step;
     returns {"pred": test probabilities, "train_seconds", "train_examples_seen"}."""
     with tempfile.TemporaryDirectory() as root:
         fmap = fuxictr_feature_map(train, root, max_len=max_len)
         os.makedirs(os.path.join(root, fmap.dataset_id), exist_ok=True)
-        build = {"din": make_din, "wukong": make_wukong}[kind]
+        build = FUXICTR_MODELS[kind]
         model = build(fmap, root, seed=seed, **model_kwargs)
         model._max_gradient_norm = 10.0  # what BaseModel.fit sets before train_step
         model.train()

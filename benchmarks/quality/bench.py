@@ -30,6 +30,14 @@ from a random init run once per seed (``--seeds``, default 3); their figures are
 means over seeds, with ``*_std`` the spread and ``auc_by_seed``/``ne_by_seed``.
 ``gem_vs_dlrm_by_surface`` compares the seed means per surface.
 Real datasets under ../shared/data are skipped, with the reason recorded, when absent.
+
+``--protocol peers`` runs the peers' protocol instead (benchmarks/quality/peers.py): a
+global time split at the 0.8 / 0.9 quantiles of example time (or an explicit split:
+``--cut ISO --cut ISO`` or ``--split-file ids.parquet`` with columns example_id, part),
+label-blind histories, Taobao with its honest label times, every model on the same train
+rows with selection on the validation part, test AUC with user-bootstrap intervals. Its
+figures go under the ``peers_protocol`` key of quality.json, beside today's protocol
+(each protocol's run keeps the other's figures).
 """
 
 from __future__ import annotations
@@ -270,10 +278,17 @@ def bench_dataset(name: str, root: Path, args, tracking_uri: str) -> tuple[dict,
     return figures, sizes
 
 
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v]
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", default=",".join(DATASETS))
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--protocol", choices=("days", "peers"), default="days",
+                        help="days: the last days held out (today's); peers: the peers' protocol (peers.py)")
+    parser.add_argument("--datasets", default=None,
+                        help=f"default: {','.join(DATASETS)} (days), movielens100k,taobao (peers)")
+    parser.add_argument("--models", default=None)
     parser.add_argument("--sim-users", type=int, default=12000)
     parser.add_argument("--sim-items", type=int, default=5000)
     parser.add_argument("--sim-days", type=int, default=8)
@@ -287,14 +302,44 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds", type=int, default=3,
                         help="trained models run once per seed; figures are the means")
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads; default 2 (days), 1 (peers: on a shared 2-core machine 2 threads "
+                             "ran several times slower than 1)")
+    peers = parser.add_argument_group("peers protocol (--protocol peers)")
+    peers.add_argument("--quantiles", type=_floats, default=[0.8, 0.9],
+                       help="cut points at these quantiles of example time (train / validation / test)")
+    peers.add_argument("--cut", action="append", default=[],
+                       help="an explicit time cut point (ISO-8601), twice: validation start, test start")
+    peers.add_argument("--split-file", default=None,
+                       help="explicit split: Parquet/CSV with columns example_id, part (train/validation/test)")
+    peers.add_argument("--max-epochs", type=int, default=2, help="epoch budget of every deep model")
+    peers.add_argument("--schedule", choices=("cosine", "none"), default="cosine",
+                       help="dense lr over the epoch budget, for every deep model")
+    peers.add_argument("--grid-lr-scale", type=_floats, default=[1.0, 0.3],
+                       help="the tuning grid: each model's lr times these")
+    peers.add_argument("--grid-weight-decay", type=_floats, default=[0.0],
+                       help="the tuning grid: AdamW decoupled decay of the dense parameters")
+    peers.add_argument("--model-set", action="append", default=[],
+                       help="a GEM/DLRM model override KEY=VALUE (diagnostics: capacity), repeatable")
+    peers.add_argument("--user-fraction", type=float, default=1.0,
+                       help="keep this deterministic share of the users (hash of the raw id)")
+    peers.add_argument("--replicates", type=int, default=1000, help="bootstrap replicates over test users")
+    peers.add_argument("--work-dir", default=None,
+                       help="cached data, features and runs (default .local_runs/quality-peers)")
+    peers.add_argument("--fresh", action="store_true", help="rebuild and retrain, ignoring the work dir")
     parser.add_argument("--no-conversion", dest="conversion", action="store_false",
                         help="skip the conversion figures of lr_ids/item_ctr")
     parser.add_argument("--fuxictr-conversion", action="store_true",
                         help="also train FuxiCTR models on conversion (doubles their time)")
     parser.add_argument("--results-dir", default=None)
     args = parser.parse_args(argv)
-    args.models = [m for m in args.models.split(",") if m]
+    if args.protocol == "peers":
+        return main_peers(args, parser)
+    if args.cut or args.split_file:
+        parser.error("--cut / --split-file define the peers' protocol split: add --protocol peers")
+    args.datasets = args.datasets or ",".join(DATASETS)
+    args.models = [m for m in (args.models or ",".join(MODELS)).split(",") if m]
+    args.threads = args.threads or 2
     unknown = sorted(set(args.models) - set(MODELS))
     if unknown:
         parser.error(f"unknown models {unknown}; choose from {MODELS}")
@@ -319,6 +364,9 @@ def main(argv: list[str] | None = None) -> dict:
                     log_comparison_run("quality", f"{name}/{model}", result,
                                        {"dataset": name, "model": model, "seeds": args.seeds, "epochs": args.epochs})
     sizes["total_seconds"] = time.perf_counter() - started
+    kept = _read_results(args.results_dir).get(PEERS_KEY)
+    if kept is not None:  # the peers' protocol figures stay beside today's
+        figures[PEERS_KEY] = kept
     path = write_result("quality", figures, sizes=sizes, out_dir=args.results_dir)
     rows = []
     for name, models in figures.items():
@@ -332,6 +380,80 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append((f"{name} best by auc", models.get("best_by_auc", "-")))
     print_table(f"quality, click task ({path})", rows)
     return figures
+
+
+PEERS_KEY = "peers_protocol"
+
+
+def _results_path(results_dir: str | None) -> Path:
+    from benchmarks.results import results_dir as default_dir
+
+    return Path(results_dir or default_dir()) / "quality.json"
+
+
+def _read_results(results_dir: str | None) -> dict:
+    import json
+
+    path = _results_path(results_dir)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def main_peers(args, parser) -> dict:
+    """--protocol peers: run it, then write its figures under ``peers_protocol`` of
+    quality.json, keeping the rest of the file (today's protocol) as it is."""
+    from benchmarks.quality import peers
+    from benchmarks.results import machine_info, work_dir
+    from gem.utils.atomic import write_json
+
+    args.datasets = [d for d in (args.datasets or ",".join(peers.DATASETS)).split(",") if d]
+    args.models = [m for m in (args.models or ",".join(peers.MODELS)).split(",") if m]
+    unknown = sorted(set(args.models) - set(peers.MODELS))
+    if unknown:
+        parser.error(f"unknown models {unknown}; the peers' protocol has {peers.MODELS}")
+    if args.cut and args.split_file:
+        parser.error("give --cut or --split-file, not both")
+    if args.cut and len(args.cut) != 2:
+        parser.error("--cut: twice (validation start, test start): the peers' protocol selects on validation")
+    args.threads = args.threads or 1
+    args.shared = SHARED
+    args.work_dir = args.work_dir or str(work_dir("quality-peers"))
+    logging.basicConfig(level=logging.WARNING)
+    result = peers.run(args)
+    payload = _read_results(args.results_dir)
+    payload[PEERS_KEY] = {**result, "machine": machine_info(),
+                          "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    path = _results_path(args.results_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(payload, path)
+    print_peers(result, path)
+    return result
+
+
+def print_peers(result: dict, path: Path) -> None:
+    from benchmarks.quality.peers import MODELS as PEER_MODELS
+
+    rows = []
+    for name, models in result["datasets"].items():
+        if "skipped" in models:
+            rows.append((name, f"skipped: {models['skipped']}"))
+            continue
+        for model in PEER_MODELS:
+            f = models.get(model)
+            if not isinstance(f, dict):
+                continue
+            if "error" in f:
+                rows.append((f"{name}/{model}", f["error"]))
+                continue
+            lo, hi = f["auc_ci95"]
+            diff = f.get("gem_minus", {}).get("auc")
+            shown = f"auc {f['auc']:.4f} [{lo:.4f}, {hi:.4f}] sd {f['auc_std']:.4f}  ne {f['ne']:.4f}"
+            if diff:
+                shown += f"  gem-this {diff['mean']:+.4f} [{diff['lo']:+.4f}, {diff['hi']:+.4f}]"
+            rows.append((f"{name}/{model}", shown))
+        v = models.get("verdict", {})
+        if v:
+            rows.append((f"{name} best peer", f"{v['best_peer']} (gem at or above: {v['gem_at_or_above_best_peer']})"))
+    print_table(f"quality, peers' protocol, click task ({path})", rows)
 
 
 if __name__ == "__main__":

@@ -98,3 +98,151 @@ def test_over_seeds_reports_means_spreads_and_each_seed():
     assert out["auc"] == pytest.approx(0.71) and out["ne"] == pytest.approx(0.91)
     assert out["auc_feed"] == pytest.approx(0.7) and out["auc_feed_std"] == pytest.approx(0.1414, abs=1e-4)
     assert out["auc_by_seed"] == [0.70, 0.72] and out["seeds"] == 2 and out["steps"] == 5 and out["config"] == "x"
+
+
+# ---- the peers' protocol (benchmarks/quality/peers.py) on a tiny simulated dataset ----
+
+@pytest.fixture(scope="module")
+def peers_data(tmp_path_factory):
+    from benchmarks.quality import peers
+    from gem.data.simulate import SimulatorConfig, simulate
+
+    root = tmp_path_factory.mktemp("peers")
+    simulate(SimulatorConfig(users=800, items=300, days=4, seed=0, workers=1), root / "sim", progress=False)
+    features, skipped = peers.prepare(str(root / "sim"), root / "work" / "sim", max_seq_len=16, shared=root)
+    assert skipped == ""
+    return root, peers.ExampleStore.from_features(features)
+
+
+def _parts(store):
+    from benchmarks.quality import peers
+
+    parts, info = peers.split_parts(store, quantiles=(0.8, 0.9))
+    return parts, info, {p: np.flatnonzero(parts == p) for p in ("train", "validation", "test")}
+
+
+def test_peers_split_is_a_global_time_split_at_the_quantiles(peers_data):
+    from benchmarks.quality import peers
+
+    _, store = peers_data
+    assert store.spec.history_labels is False  # label-blind histories
+    parts, info, rows = _parts(store)
+    t = store.time_us
+    assert t[rows["train"]].max() < info["cuts_us"][0] <= t[rows["validation"]].min()
+    assert t[rows["validation"]].max() < info["cuts_us"][1] <= t[rows["test"]].min()
+    assert abs(len(rows["train"]) / len(store) - 0.8) < 0.02 and abs(len(rows["test"]) / len(store) - 0.1) < 0.02
+    sizes = peers.check_split(store, parts, info)
+    assert sizes["train_examples"] + sizes["validation_examples"] + sizes["test_examples"] == len(store)
+    # the same split given explicitly: two cut points, or a file of example ids
+    again, _ = peers.split_parts(store, cuts_iso=info["cuts"])
+    assert (again == parts).all()
+    import pandas as pd
+
+    path = peers_data[0] / "split.csv"
+    pd.DataFrame({"example_id": store.example_id, "part": parts}).to_csv(path, index=False)
+    from_file, file_info = peers.split_parts(store, split_file=str(path))
+    assert (from_file == parts).all() and file_info["kind"] == "file"
+    with pytest.raises(ValueError, match="two time cut points"):
+        peers.split_parts(store, cuts_iso=info["cuts"][:1])
+
+
+def test_peers_split_check_catches_a_leak(peers_data):
+    from benchmarks.quality import peers
+
+    _, store = peers_data
+    parts, info, rows = _parts(store)
+    leaked = parts.copy()
+    leaked[rows["test"][0]] = "train"  # a test example in train
+    with pytest.raises(AssertionError, match="train reaches past cut 0"):
+        peers.check_split(store, leaked, info)
+
+
+def test_peers_ids_unseen_in_train_map_to_unknown(peers_data):
+    _, store = peers_data
+    _, _, rows = _parts(store)
+    known, shares = store.known_only(rows["train"])
+    col = list(store.spec.sparse).index("item_id")
+    train_items = set(known.sparse[rows["train"], col].tolist())
+    later = known.sparse[np.r_[rows["validation"], rows["test"]], col]
+    seq = list(store.spec.sequence).index("seq_item_id")
+    history_items = set(known.sequence[seq].tolist())
+    from gem.features.jagged import ragged_arange
+
+    in_train_hist = set(known.sequence[seq, ragged_arange(known.offsets[rows["train"]],
+                                                          known.lengths[rows["train"]])].tolist())
+    assert set(later.tolist()) <= train_items | in_train_hist | {0}
+    assert history_items <= train_items | in_train_hist | {0}
+    assert (known.sparse[rows["train"]] == store.sparse[rows["train"]]).all()  # train rows unchanged
+    assert 0 <= shares["user_id"] < 1
+
+
+class _Spy:
+    """Stands in for a deep model: records the rows it trains on and predicts; grid
+    point lr_scale=1 is perfect on validation and reversed on test, lr_scale=0.5 the
+    opposite, so selection on the test part would pick the other point."""
+
+    calls: list = []
+
+    def __init__(self, labels, test_rows, point):
+        self.labels, self.test_rows, self.good_on_val = labels, set(test_rows.tolist()), point.lr_scale == 1.0
+        self.config = point.name()
+
+    def train_epoch(self, order, batch_size):
+        _Spy.calls.append(("train", order.copy()))
+        return 0.5
+
+    def predict(self, rows, batch_size):
+        _Spy.calls.append(("predict", rows.copy()))
+        y = self.labels[rows]
+        on_test = rows[0] in self.test_rows
+        return np.where(self.good_on_val != on_test, y * 0.8 + 0.1, 0.9 - y * 0.8)
+
+
+def test_peers_training_reads_train_rows_and_selects_on_validation(peers_data, monkeypatch):
+    from benchmarks.quality import peers
+
+    _, store = peers_data
+    _, _, rows = _parts(store)
+    labels = store.labels[:, 0]
+    monkeypatch.setattr(peers, "FuxiRun", lambda kind, ex, point, seed, settings, steps, root:
+                        _Spy(labels, rows["test"], point))
+    _Spy.calls = []
+    settings = peers.RunSettings(max_epochs=2, batch_size=64)
+    grid = [peers.GridPoint(lr_scale=0.5), peers.GridPoint(lr_scale=1.0)]
+    res = peers.run_model("fuxictr_dnn", store, rows, seeds=2, grid=grid, settings=settings,
+                          cache=peers.RunCache(None), data_key="t", log=lambda *_: None)
+    assert res["selected"]["point"]["lr_scale"] == 1.0  # the validation's choice, not the test's
+    for r in res["seeds"]:
+        assert baselines.auc(labels[rows["test"]], r["test_pred"]) == 0.0  # what validation chose scores badly
+    trained = np.concatenate([rows_ for kind, rows_ in _Spy.calls if kind == "train"])
+    assert set(trained.tolist()) == set(rows["train"].tolist())  # every train row, nothing else
+    predicted = [set(rows_.tolist()) for kind, rows_ in _Spy.calls if kind == "predict"]
+    test_set, val_set = set(rows["test"].tolist()), set(rows["validation"].tolist())
+    assert all(p == val_set or p == test_set for p in predicted)
+    # 2 grid points + 1 more seed, test scored once per run (after its first, best epoch)
+    assert sum(p == test_set for p in predicted) == 3 and sum(p == val_set for p in predicted) == 6
+
+
+def test_peers_bench_writes_beside_todays_figures(peers_data, tmp_path):
+    root, _ = peers_data
+    (tmp_path / "quality.json").write_text(json.dumps({"simulator": {"gem": {"auc": 0.7}}}))
+    result = qb.main(["--protocol", "peers", "--datasets", str(root / "sim"), "--models", "item_ctr,lr_ids,gem",
+                      "--max-epochs", "1", "--grid-lr-scale", "1", "--seeds", "2", "--replicates", "50",
+                      "--max-seq-len", "16", "--batch-size", "128", "--work-dir", str(root / "work"),
+                      "--results-dir", str(tmp_path)])
+    saved = json.loads((tmp_path / "quality.json").read_text())
+    assert saved["simulator"] == {"gem": {"auc": 0.7}}  # today's protocol untouched
+    peers_out = saved["peers_protocol"]
+    assert peers_out["machine"]["cores"] >= 1 and peers_out["protocol"]["name"] == "peers"
+    figs = peers_out["datasets"]["sim"]
+    assert figs == json.loads(json.dumps(result["datasets"]["sim"]))
+    for model in ("item_ctr", "lr_ids", "gem"):
+        f = figs[model]
+        lo, hi = f["auc_ci95"]
+        assert 0 <= lo <= hi <= 1 and np.isfinite(f["ne"]) and np.isfinite(f["logloss"])
+    assert len(figs["gem"]["auc_by_seed"]) == 2 and figs["gem"]["auc_std"] >= 0
+    d = figs["lr_ids"]["gem_minus"]["auc"]
+    assert d["lo"] <= d["mean"] <= d["hi"]
+    assert figs["verdict"]["best_peer"] in ("item_ctr", "lr_ids")
+    sizes = peers_out["sizes"]["sim"]
+    assert sizes["train_examples"] > sizes["test_examples"] > 0 and sizes["split"]["kind"] == "quantiles"
