@@ -64,6 +64,7 @@ from gem.features.storage import dir_bytes
 from gem.protocol import SPLIT_PARTS, Split
 
 US_PER_DAY = 86_400 * US_PER_S
+_SELECTIONS: dict[tuple, tuple[list[np.ndarray], list[list[int]]]] = {}
 
 DEFAULT_CACHE_EVENTS = 4_000_000  # decoded history events kept per stream (24 bytes each)
 STATE_KEYS = ("seed", "batch_size", "num_workers", "shuffle", "shard_order", "drop_last", "shards", "digest",
@@ -309,7 +310,17 @@ class FeatureLoader:
         self.epoch, self._position = 0, 0
 
     def _select(self, names: list[str], split: Split, part: str):
-        """Per shard, the positions of its examples of ``part`` and their count per day."""
+        """Per shard, the positions of its examples of ``part`` and their count per day
+        (kept for the process's next loader of the same selection: a trainer's probe and
+        evaluations read the shards once)."""
+        key = (str(self.features_dir.resolve()), self.manifest["digest"], split.key, part, tuple(names))
+        if key not in _SELECTIONS:
+            while len(_SELECTIONS) >= 4:
+                _SELECTIONS.pop(next(iter(_SELECTIONS)))
+            _SELECTIONS[key] = self._read_selection(names, split, part)
+        return _SELECTIONS[key]
+
+    def _read_selection(self, names: list[str], split: Split, part: str):
         kept, by_day = [], []
         for name, days in zip(names, self._by_day):
             directory = self.features_dir / "shards" / name

@@ -3,6 +3,13 @@
     python -m gem train --features DIR --out runs/x --preset tiny --set model.num_layers=3
     torchrun --nproc_per_node=2 -m gem train --features DIR --out runs/x --preset tiny
     python -m gem train --features DIR --out runs/x --resume      # continue a killed run
+    python -m gem train --features DIR --out runs/x --cut 2026-01-06 --cut 2026-01-07
+    python -m gem train --features DIR --out runs/x --split-file ids.parquet [--eval-part test]
+
+An explicit split (time cut points, or a Parquet/CSV file of example_id, part): the run
+trains only on the examples of part "train" and evaluates each epoch on part
+"validation" (or "test" when the split has no validation part; --eval-part chooses) of
+--eval-features, by default the training window itself.
 """
 
 from __future__ import annotations
@@ -26,6 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     parser.add_argument("--init-from", default=None,
                         help="start from another model's weights (run folder or models:/ URI), e.g. the champion")
+    parser.add_argument("--cut", action="append", default=[], metavar="ISO",
+                        help="time cut point of an explicit split (once: train/test, twice: train/validation/test)")
+    parser.add_argument("--split-file", default=None, help="Parquet/CSV with example_id, part (train/validation/test)")
+    parser.add_argument("--eval-part", default="", choices=("", "validation", "test"),
+                        help="part of the split evaluated (default: validation when the split has one, else test)")
     parser.set_defaults(func=run)
 
 
@@ -44,16 +56,25 @@ def run(args: argparse.Namespace) -> int:
 
     for handler in logging.getLogger().handlers:
         handler.addFilter(_QuietFbgemm())
+    from gem.protocol import Split
+
     cfg, model_cfg = load_train_config(args.preset, args.overrides, args.config)
+    if args.cut and args.split_file:
+        raise SystemExit("error: give --cut or --split-file, not both")
+    split = Split.from_options(args.cut, args.split_file)
+    if args.eval_part and split is None:
+        raise SystemExit("error: --eval-part needs --cut or --split-file")
     if cfg.engine == "lightning":
         from gem.training.lightning_module import train_lightning
 
-        result = train_lightning(args.features, args.out, cfg, model_cfg, eval_features=args.eval_features)
+        result = train_lightning(args.features, args.out, cfg, model_cfg, eval_features=args.eval_features,
+                                 split=split, eval_part=args.eval_part)
     else:
         from gem.training.trainer import train
 
         result = train(args.features, args.out, cfg, model_cfg, resume=args.resume,
-                       eval_features=args.eval_features, init_from=args.init_from)
+                       eval_features=args.eval_features, init_from=args.init_from, split=split,
+                       eval_part=args.eval_part)
     summary = {"steps": result.steps, "run_id": result.run_id, **result.perf,
                **{k: v for k, v in result.eval_metrics.items() if "/all/" in k}}
     print(json.dumps(summary, indent=1, sort_keys=True, default=str))

@@ -75,15 +75,16 @@ class _Iterable(torch.utils.data.IterableDataset):
 
 
 def train_lightning(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConfig, *,
-                    eval_features: str | None = None):
+                    eval_features: str | None = None, split=None, eval_part: str = ""):
     from lightning.pytorch.loggers import MLFlowLogger
 
-    from gem.training.trainer import RunResult, make_loader, seed_everything
+    from gem.training.trainer import RunResult, make_loader, seed_everything, split_parts
 
     seed_everything(cfg.seed)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    loader = make_loader(features, cfg, train=True)
+    eval_features, eval_part = split_parts(split, features, eval_features, eval_part)
+    loader = make_loader(features, cfg, train=True, split=split, part="train")
     model = build_model(model_cfg, loader.spec)
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)
@@ -105,7 +106,8 @@ def train_lightning(features: str, out: str | Path, cfg: TrainConfig, model_cfg:
     batches = torch.utils.data.DataLoader(_Iterable(loader), batch_size=None)
     val = None
     if eval_features:
-        val = torch.utils.data.DataLoader(_Iterable(make_loader(eval_features, cfg, train=False)), batch_size=None)
+        val = torch.utils.data.DataLoader(_Iterable(make_loader(eval_features, cfg, train=False, split=split,
+                                                                part=eval_part)), batch_size=None)
     trainer.fit(module, batches, val)
     if val is not None and not hasattr(module, "last_eval"):  # max_steps stopped before an epoch end
         trainer.validate(module, val, verbose=False)

@@ -23,6 +23,7 @@ from torch import nn
 from gem.config import flatten
 from gem.data.batch import FeatureSpec
 from gem.model import ModelConfig, batch_forward_flops, build_model, count_parameters
+from gem.protocol import Split
 from gem.training.checkpoint import Checkpointer, copy_into, rng_state, set_rng_state
 from gem.training.config import TrainConfig
 from gem.training.data import SYNTHETIC_PREFIX, SyntheticLoader, default_synthetic_spec, rank_slice, slice_batch
@@ -63,10 +64,13 @@ class RunResult:
     run_id: str | None = None
 
 
-def make_loader(features: str, cfg: TrainConfig, *, train: bool):
-    """FeatureLoader over a features directory, or generated examples:
+def make_loader(features: str, cfg: TrainConfig, *, train: bool, split: Split | None = None, part: str = ""):
+    """FeatureLoader over a features directory (only the examples of ``part`` of an
+    explicit ``split`` when given), or generated examples:
     ``synthetic://N[?rows=R&max_seq_len=L&mean_len=M]`` (R rows per id table)."""
     if features.startswith(SYNTHETIC_PREFIX):
+        if split is not None:
+            raise ValueError(f"{features}: an explicit split needs a features directory (example ids and times)")
         rest, _, query = features[len(SYNTHETIC_PREFIX):].partition("?")
         opts = dict(item.split("=", 1) for item in query.split("&") if item)
         unknown = sorted(set(opts) - {"rows", "max_seq_len", "mean_len"})
@@ -79,8 +83,25 @@ def make_loader(features: str, cfg: TrainConfig, *, train: bool):
                                mean_len=float(opts.get("mean_len", spec.max_seq_len * 3 / 8)))
     from gem.features.loader import FeatureLoader
 
-    return FeatureLoader(features, batch_size=cfg.batch_size, shuffle=cfg.shuffle and train, seed=cfg.seed,
-                         num_workers=cfg.num_workers, drop_last=train, shard_order=cfg.shard_order)
+    loader = FeatureLoader(features, batch_size=cfg.batch_size, shuffle=cfg.shuffle and train, seed=cfg.seed,
+                           num_workers=cfg.num_workers, drop_last=train, shard_order=cfg.shard_order,
+                           split=split, part=part)
+    if split is not None and not loader.num_examples:
+        raise ValueError(f"{features}: no example in part {part!r} of the split ({split.key})")
+    return loader
+
+
+def split_parts(split: Split | None, features: str, eval_features: str | None,
+                eval_part: str = "") -> tuple[str | None, str]:
+    """With an explicit split: training reads part "train"; evaluation reads ``eval_part``
+    (default "validation" when the split has one, else "test") of ``eval_features``
+    (default: the training window itself)."""
+    if split is None:
+        return eval_features, ""
+    part = eval_part or ("validation" if "validation" in split.names else "test")
+    if part == "train":
+        raise ValueError("eval_part: evaluating on the training part would measure nothing")
+    return eval_features or features, part
 
 
 def total_steps(cfg: TrainConfig, loader) -> int:
@@ -199,9 +220,13 @@ def _mean_over_ranks(value: torch.Tensor, env: DistEnv) -> float:
 
 
 def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConfig, *, resume: bool = False,
-          eval_features: str | None = None, close: bool = True, init_from: str | None = None) -> RunResult:
+          eval_features: str | None = None, close: bool = True, init_from: str | None = None,
+          split: Split | None = None, eval_part: str = "") -> RunResult:
+    """``split``: train only on its part "train" and evaluate on its ``eval_part`` (see
+    split_parts), row for row; a resumed run must have the same split."""
     launch = process_start_time()
     cfg.validate()
+    eval_features, eval_part = split_parts(split, features, eval_features, eval_part)
     out = Path(out)
     env = init_distributed()
     if cfg.batch_size % env.world_size:
@@ -220,13 +245,13 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     tracker = Tracker(env.is_main, cfg.tracking_uri or f"sqlite:///{(out / 'mlflow.db').resolve()}",
                       cfg.experiment, cfg.run_name, run_id=run_id, system_metrics=cfg.system_metrics)
     try:
-        loader = make_loader(features, cfg, train=True)
+        loader = make_loader(features, cfg, train=True, split=split, part="train")
         spec = loader.spec
         model = build_model(model_cfg, spec)
         if init_from:
             init_weights(model, init_from)
         sizes = count_parameters(model)
-        probe = next(iter(make_loader(features, cfg, train=False)))
+        probe = next(iter(make_loader(features, cfg, train=False, split=split, part="train")))
         probe = slice_batch(probe, 0, min(16, probe.batch_size))
         train_flops_per_example = 3.0 * batch_forward_flops(model, probe) / probe.batch_size
         phases["perf/startup_build_s"], mark = time.perf_counter() - mark, time.perf_counter()
@@ -268,6 +293,9 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             tracker.log_input(features, spec.to_dict(), getattr(loader, "num_examples", 0), "training")
             if eval_features:
                 tracker.log_input(eval_features, spec.to_dict(), 0, "evaluation")
+            if split is not None:
+                tracker.log_params({"split.key": split.key, "split.train_examples": loader.num_examples,
+                                    "split.eval_part": eval_part})
 
         # The peak seen before on this machine; measured after the last step when there is
         # none (seconds of matmuls that would otherwise delay the first step).
@@ -284,6 +312,10 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         done = bool(progress["finished"]) or bool(cfg.max_steps and step >= cfg.max_steps)
         running = None
         evaluator = None
+
+        def eval_loader():  # a fresh one per evaluation: eval_batches may stop one midway
+            return make_loader(eval_features, cfg, train=False, split=split, part=eval_part)
+
         dmp.train()
         for epoch in range(progress["epoch"], cfg.epochs if not done else progress["epoch"]):
             if epoch != progress["resumed_epoch"]:
@@ -315,7 +347,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             train_metrics = {f"train_epoch/{k}": v for k, v in running.flush().compute().items()}
             tracker.log_metrics({**train_metrics, "epoch": epoch}, step)
             if eval_features:
-                evaluator = evaluate(dmp, make_loader(eval_features, cfg, train=False), env, spec,
+                evaluator = evaluate(dmp, eval_loader(), env, spec,
                                      precision=cfg.precision, max_batches=cfg.eval_batches)
                 eval_metrics = {f"eval/{k}": v for k, v in evaluator.compute().items()}
                 tracker.log_metrics(eval_metrics, step)
@@ -324,7 +356,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         if step != last_saved:  # the loader may have rewound at its epoch's end: "finished" says it all
             _save(ckpt, dmp, dense_opt, scheduler, loader, step, progress["epoch"], tracker.run_id, finished=True)
         if running is None and eval_features:  # resumed a finished run: the same weights, evaluated again
-            evaluator = evaluate(dmp, make_loader(eval_features, cfg, train=False), env, spec,
+            evaluator = evaluate(dmp, eval_loader(), env, spec,
                                  precision=cfg.precision, max_batches=cfg.eval_batches)
             eval_metrics = {f"eval/{k}": v for k, v in evaluator.compute().items()}
         if cfg.measure_peak and peak is None:
@@ -382,13 +414,15 @@ def _log_outputs(tracker: Tracker, cfg: TrainConfig, out: Path, spec: FeatureSpe
 
 
 def train_and_evaluate(features_dir_train: str, features_dir_eval: str, model_cfg: ModelConfig,
-                       train_cfg: TrainConfig, out: str | Path | None = None) -> dict[str, float]:
+                       train_cfg: TrainConfig, out: str | Path | None = None, *, split: Split | None = None,
+                       eval_part: str = "") -> dict[str, float]:
     """Train on one features directory, evaluate on another; returns eval metrics
     (``auc/<surface|all>/<task>``, ``ne/...``, ``calibration/...``) plus perf figures."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        result = train(features_dir_train, out or tmp, train_cfg, model_cfg, eval_features=features_dir_eval)
+        result = train(features_dir_train, out or tmp, train_cfg, model_cfg, eval_features=features_dir_eval,
+                       split=split, eval_part=eval_part)
     metrics = {k.split("/", 1)[1]: v for k, v in result.eval_metrics.items()}
     metrics.update(result.perf)
     metrics["steps"] = result.steps
