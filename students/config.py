@@ -118,7 +118,7 @@ class TransferConfig:
 @dataclass(kw_only=True)
 class OptimConfig:
     lr: float = 3e-3
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # decoupled (AdamW): each step shrinks weights by lr * weight_decay
     batch_size: int = 256
     epochs: int = 3  # the most epochs; with a validation table and patience > 0, early stopping
     patience: int = 0  # epochs without a better validation loss before stopping (0: no early stopping)

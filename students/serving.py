@@ -15,15 +15,15 @@ Items: with ``cache_items`` the scorer keeps each item's mapped ids and embeddin
 in-memory table (item attributes are static; item embeddings change only when knowledge
 is re-registered, after which the serving process calls ``refresh_items``), so a request
 reads one user row and gathers candidates by position. Without it every candidate is
-read from the online store on every request. The benchmark reports both.
+read from the online store on every request. ``user_reads="sdk"`` reads the user's rows
+through ``FeatureStore.get_online_features`` instead of ``OnlineReader`` (the peer; same
+item table). students/latency.py measures them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import gc
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +43,9 @@ USER_EMB, ITEM_EMB = "teacher_user_embedding", "teacher_item_embedding"
 
 class Scorer:
     def __init__(self, model: VerticalStudent, repo_dir: str | Path, vocab_dir: str | Path, *, surface: str = "feed",
-                 cache_items: bool = False) -> None:
+                 cache_items: bool = False, user_reads: str = "online_read") -> None:
+        if user_reads not in ("online_read", "sdk"):
+            raise ValueError(f"user_reads={user_reads!r} must be 'online_read' or 'sdk'")
         self.model = model.eval()
         vocab = Vocabularies.read(Path(vocab_dir))
         self.maps = {name: {v: i + 1 for i, v in enumerate(values.to_pylist())}
@@ -63,6 +65,8 @@ class Scorer:
         self.user_cols = [(j, k) for j, k in enumerate(self.keys) if k == "user_id" or k.startswith("user_")]
         self.item_cols = [(j, k) for j, k in enumerate(self.keys) if k == "item_id" or k.startswith("item_")]
         self.cache_items = cache_items
+        self.user_reads = user_reads  # "sdk": the user's rows through FeatureStore.get_online_features
+        self.user_refs = [f"{v}:{f}" for v, fs in user_views.items() for f in fs]
         self._item_row: dict[int, int] = {}
         self._item_ids = np.zeros((0, len(self.item_cols)), dtype=np.int64)
         self._item_emb = np.zeros((0, self.emb_half), dtype=np.float32)
@@ -113,7 +117,7 @@ class Scorer:
 
     def inputs(self, user_id: int, item_ids: list[int], now: dt.datetime) -> StudentInputs:
         n, user_id = len(item_ids), int(user_id)
-        attrs, behavior = (self.users.read(view, [user_id], now)[0] or {} for view in USER_VIEWS)
+        attrs, behavior, user_row = self._user(user_id, now)
         item_ids_mapped, item_emb = self._candidates(item_ids, now)
         sparse = np.empty((n, len(self.keys)), dtype=np.int64)
         for j, key in self.user_cols:
@@ -130,117 +134,30 @@ class Scorer:
         dense = np.tile(np.array([values.get(k, 0.0) for k in self.dense_names], dtype=np.float32), (n, 1))
         emb = None
         if self.emb_half:
-            row = self.users.read(USER_EMB, [user_id], now)[0]
-            user_emb = np.asarray(row[USER_EMB] if row and row[USER_EMB] is not None else np.zeros(self.emb_half),
-                                  dtype=np.float32)
+            value = user_row.get(USER_EMB)
+            user_emb = np.asarray(value if value is not None else np.zeros(self.emb_half), dtype=np.float32)
             both = np.empty((n, 2 * self.emb_half), dtype=np.float32)
             both[:, :self.emb_half], both[:, self.emb_half:] = user_emb, item_emb
             emb = torch.from_numpy(both)
         return StudentInputs(sparse=torch.from_numpy(sparse), history=torch.from_numpy(history),
                              dense=torch.from_numpy(dense), surface=torch.full((n,), self.surface), teacher_emb=emb)
 
+    def _user(self, user_id: int, now: dt.datetime) -> tuple[dict, dict, dict]:
+        """(attributes, recent behaviour, teacher embedding row) of one user."""
+        if self.user_reads == "sdk":  # one SDK call for every user view (the peer of the reader)
+            row = self.users.store.get_online_features(features=self.user_refs,
+                                                       entity_rows=[{"user_id": user_id}]).to_dict()
+            flat = {k: v[0] for k, v in row.items()}
+            attrs = {f: flat.get(f) for f in USER_VIEWS["user_attributes"]}
+            return attrs, {f: flat.get(f) for f in USER_VIEWS["user_recent_behavior"]}, {USER_EMB: flat.get(USER_EMB)}
+        attrs, behavior = (self.users.read(view, [user_id], now)[0] or {} for view in USER_VIEWS)
+        emb = (self.users.read(USER_EMB, [user_id], now)[0] or {}) if self.emb_half else {}
+        return attrs, behavior, emb
+
     @torch.inference_mode()
     def score(self, user_id: int, item_ids: list[int], now: dt.datetime | None = None) -> torch.Tensor:
         x = self.inputs(user_id, item_ids, now or dt.datetime.now(dt.timezone.utc))
         return torch.sigmoid(self.model(x).logits)
-
-
-def _percentiles(samples: list[float]) -> dict[str, float]:
-    ms = np.asarray(samples) * 1e3
-    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
-            "mean_ms": float(ms.mean()), "requests": len(samples)}
-
-
-def _requests(users: list[int], items: list[int], count: int, candidates: int,
-              seed: int) -> list[tuple[int, list[int]]]:
-    """Seeded (user, candidates) requests, the same for every path measured."""
-    rng = np.random.default_rng(seed)
-    return [(int(rng.choice(users)), [int(i) for i in rng.choice(items, candidates, replace=len(items) < candidates)])
-            for _ in range(count)]
-
-
-def measure(scorer: Scorer, users: list[int], items: list[int], *, requests: int, candidates: int,
-            now: dt.datetime, seed: int = 0, warmup: int = 10) -> dict:
-    """p50/p99 of end-to-end requests (online reads + scoring) and of scoring alone.
-
-    Like a serving process after start-up, the objects built so far are frozen out of the
-    garbage collector's generations (``gc.freeze``) so a request never pays for scanning
-    them."""
-    reqs = _requests(users, items, requests + warmup, candidates, seed)
-    end_to_end, fetch, score_only = [], [], []
-    gc.collect()
-    gc.freeze()
-    try:
-        for k, (user, cands) in enumerate(reqs):
-            t0 = time.perf_counter()
-            x = scorer.inputs(user, cands, now)
-            t1 = time.perf_counter()
-            with torch.inference_mode():
-                torch.sigmoid(scorer.model(x).logits)
-            t2 = time.perf_counter()
-            if k >= warmup:
-                end_to_end.append(t2 - t0)
-                fetch.append(t1 - t0)
-                score_only.append(t2 - t1)
-    finally:
-        gc.unfreeze()
-    return {"end_to_end": _percentiles(end_to_end), "feature_fetch": _percentiles(fetch),
-            "score_only": _percentiles(score_only)}
-
-
-def sdk_fetch(scorer: Scorer, users: list[int], items: list[int], *, requests: int, candidates: int,
-              now: dt.datetime, seed: int = 0, warmup: int = 10) -> dict:
-    """The peer: the same reads as one uncached request through ``FeatureStore.get_online_features``
-    (one call for the user, one for the candidates), without building model inputs."""
-    store = scorer.users.store
-    user_refs = [f"{v}:{f}" for v, fs in scorer.users.features.items() for f in fs]
-    item_refs = [f"{v}:{f}" for v, fs in scorer.items.features.items() for f in fs]
-    samples = []
-    for k, (user, cands) in enumerate(_requests(users, items, requests + warmup, candidates, seed)):
-        t0 = time.perf_counter()
-        store.get_online_features(features=user_refs, entity_rows=[{"user_id": user}]).to_dict()
-        store.get_online_features(features=item_refs, entity_rows=[{"item_id": i} for i in cands]).to_dict()
-        if k >= warmup:
-            samples.append(time.perf_counter() - t0)
-    return _percentiles(samples)
-
-
-def latency_benchmark(result: dict, cfg, work: Path, *, requests: int, candidates: int) -> dict:
-    """Materialize the dataset's Feast repo up to the eval window end, then measure the
-    serving student of ``result`` (see experiment.run_dataset): candidates read from the
-    online store per request, and from the in-memory item table preloaded with the
-    catalog; plus the Feast SDK's reads of the same features as the peer."""
-    from gem.data.contract import parse_utc
-    from gem.features.feast_repo import materialize
-
-    model = result.get("serving_student")
-    if model is None:
-        return {}
-    end = parse_utc(result["windows"]["eval"][1])
-    t0 = time.perf_counter()
-    materialize(result["repo"], end)
-    materialize_s = time.perf_counter() - t0
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one request = one core; the other serves the next request
-    try:
-        out = {"materialize_s": materialize_s, "candidates": candidates, "torch_threads": 1,
-               "student": result.get("serving_student_name", "")}
-        vocab = Path(result["features"]["teacher"])
-        users, items = result["serving_users"], result["serving_items"]
-        kw = dict(requests=requests, candidates=candidates, now=end)
-        online = Scorer(model, result["repo"], vocab, surface="feed", cache_items=False)
-        out["online_items"] = measure(online, users, items, **kw)
-        out["feast_sdk_fetch"] = sdk_fetch(online, users, items, **kw)
-        cached = Scorer(model, result["repo"], vocab, surface="feed", cache_items=True)
-        t0 = time.perf_counter()
-        cached.preload_items(items, end)
-        out["item_table"] = {"items": len(items), "load_s": time.perf_counter() - t0}
-        out["cached_items"] = measure(cached, users, items, **kw)
-        out["end_to_end"] = out["cached_items"]["end_to_end"]
-        out["score_only"] = out["cached_items"]["score_only"]
-    finally:
-        torch.set_num_threads(threads)
-    return out
 
 
 def _surface_index(features_dir: str | Path, surface: str) -> int:

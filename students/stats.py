@@ -60,20 +60,32 @@ def weighted_auc(labels: np.ndarray, scores: np.ndarray, weights: np.ndarray) ->
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def weighted_ne(labels: np.ndarray, probs: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Normalized entropy (log loss / entropy of the weighted base rate) per replicate."""
+def weighted_ne(labels: np.ndarray, probs: np.ndarray, weights: np.ndarray, *, fixed_base: bool = False
+                ) -> np.ndarray:
+    """Normalized entropy (log loss / entropy of the base rate) per replicate. The base
+    rate is the replicate's own (weighted), or with ``fixed_base`` the unweighted one of
+    all rows: the replicate's log loss over one entropy. Differences of NE between two
+    models then stay finite when a replicate happens to keep few positives (its own
+    entropy near 0 would blow both up); point estimates (unit weights) are the same."""
     y = np.asarray(labels, dtype=np.float64)
     p = np.clip(np.asarray(probs, dtype=np.float64), EPS, 1 - EPS)
     w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
     total = w.sum(axis=1)
     loss = -(w * (y * np.log(p) + (1 - y) * np.log(1 - p))).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        base = np.clip((w * y).sum(axis=1) / total, EPS, 1 - EPS)
+        rate = np.full(len(total), y.mean() if len(y) else np.nan) if fixed_base else (w * y).sum(axis=1) / total
+        base = np.clip(rate, EPS, 1 - EPS)
         entropy = -(base * np.log(base) + (1 - base) * np.log(1 - base)) * total
-        return np.where((total > 0) & (entropy > 0), loss / np.where(entropy > 0, entropy, 1.0), np.nan)
+        ok = (total > 0) & (entropy > 0) & np.isfinite(rate) & (rate > 0) & (rate < 1)
+        return np.where(ok, loss / np.where(entropy > 0, entropy, 1.0), np.nan)
+
+
+def _ne_fixed(labels, probs, weights):
+    return weighted_ne(labels, probs, weights, fixed_base=True)
 
 
 METRICS = {"auc": weighted_auc, "ne": weighted_ne}
+REPLICATE_METRICS = {"auc": weighted_auc, "ne": _ne_fixed}  # what paired differences resample
 
 
 def _lift(metric: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -94,7 +106,7 @@ def paired_replicates(runs: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, n
                       metric: str = "auc") -> tuple[float, np.ndarray]:
     """Point estimate and (R,) replicates of the mean over ``runs`` of the lift of a over
     b. Each run: (row index into the weights' columns, labels, probs_a, probs_b)."""
-    fn = METRICS[metric]
+    fn, rep_fn = METRICS[metric], REPLICATE_METRICS[metric]
     point, reps, count = 0.0, np.zeros(weights.shape[0]), 0
     for rows, labels, a, b in runs:
         w = weights[:, rows]
@@ -103,7 +115,7 @@ def paired_replicates(runs: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, n
         if not math.isfinite(p):
             continue
         point += p
-        reps += _lift(metric, fn(labels, a, w), fn(labels, b, w))
+        reps += _lift(metric, rep_fn(labels, a, w), rep_fn(labels, b, w))
         count += 1
     if not count:
         return float("nan"), np.full(weights.shape[0], np.nan)

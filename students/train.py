@@ -46,7 +46,7 @@ def train_student(model: VerticalStudent, table: StudentTable, optim: OptimConfi
             raise ValueError(f"soft target {t.name}: shape {tuple(t.probs.shape)} != "
                              f"labels {tuple(table.labels.shape)}")
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=optim.lr, weight_decay=optim.weight_decay)
+    opt = torch.optim.AdamW(params, lr=optim.lr, weight_decay=optim.weight_decay)  # decoupled decay
     gen = torch.Generator().manual_seed(seed)
     n = len(table)
     history = []

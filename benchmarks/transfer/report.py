@@ -1,107 +1,152 @@
-"""The experiment's outputs: benchmarks/results/transfer.json payload, a markdown
-comparison table and a lift plot (MLflow artifacts)."""
+"""The experiment's outputs: the benchmarks/results/transfer.json payload, a markdown
+comparison (MLflow artifact and the source of docs/transfer.md's tables) and a plot."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
-from benchmarks.transfer.experiment import BASELINE, ExperimentConfig, transfer_ratio
+from benchmarks.transfer.experiment import BASELINE, ExperimentConfig, staleness_curve
+
+PROTOCOL = (
+    "Per dataset: teacher window, knowledge lead, student train window, validation slice (the end of the "
+    "student window) and evaluation window, disjoint (the fresh-teacher control's teacher overlaps train only). "
+    "Every arm: the same epochs/patience and a grid of the same size, searched with the first seed on the "
+    "validation label loss; the other seeds rerun the selected point. Knowledge (teacher embeddings) is read as "
+    "of the last materialization before the request (knowledge.refresh_every); the per-impression arm is an upper "
+    "bound. Lifts: method minus no_teacher per surface (AUC; NE: no_teacher minus method, so positive is better), "
+    "mean over surfaces, then over matched (teacher, seed) runs; 95% intervals from a paired bootstrap that "
+    "reweights evaluation users (Poisson, all of a user's rows together) and resamples the runs in the same "
+    "replicate; sd_runs is the sample std (ddof=1) of the per-run lifts. A ratio of lifts is reported only where "
+    "the denominator's interval excludes zero.")
 
 
-def _fmt(entry: dict | None, scale: float = 1.0) -> str:
+def _fmt(entry: dict | None, digits: int = 4) -> str:
+    if not entry or entry.get("mean") is None or not math.isfinite(entry["mean"]):
+        return "n/a"
+    star = "" if entry.get("excludes_zero") else " (ns)"
+    return f"{entry['mean']:+.{digits}f} [{entry['lo']:+.{digits}f}, {entry['hi']:+.{digits}f}]{star}"
+
+
+def _ratio(entry: dict | None) -> str:
     if not entry:
         return "n/a"
-    return f"{entry['mean'] * scale:+.4f} ± {entry['std'] * scale:.4f}"
+    if not entry.get("defined"):
+        return f"undefined: {entry.get('why', '')}"
+    return f"{entry['mean']:.2f} [{entry['lo']:.2f}, {entry['hi']:.2f}]"
 
 
-def teacher_surface_mean(metrics: dict, kind: str = "auc", task: str = "click") -> float:
-    """The stale teacher's metric averaged over surfaces (comparable with the students')."""
-    from gem.data.contract import SURFACES
-
-    values = [metrics[f"{kind}/{s}/{task}"] for s in SURFACES if f"{kind}/{s}/{task}" in metrics]
-    return sum(values) / len(values) if values else float("nan")
-
-
-def comparison_table(summary: dict, results: dict) -> str:
-    lines = []
-    for ds, methods in summary.items():
-        teacher = results[ds]["teacher_metrics"]
-        lines += [f"## {ds}", "",
-                  f"stale teacher on the eval window: AUC(click) all surfaces pooled "
-                  f"{teacher.get('auc/all/click', float('nan')):.4f}, mean over surfaces "
-                  f"{teacher_surface_mean(teacher):.4f}; NE(click) mean over surfaces "
-                  f"{teacher_surface_mean(teacher, 'ne'):.4f}", "",
-                  "| method | AUC click (mean over surfaces) | AUC lift click | NE lift click | AUC lift conv "
-                  "| NE lift conv |",
+def comparison_markdown(payload: dict) -> str:
+    lines = [f"Protocol: {payload['protocol']}", ""]
+    for ds, entry in payload["datasets"].items():
+        sizes = entry["sizes"]
+        teachers = ", ".join(f"{t['auc_click_surface_mean']:.4f}" for t in entry["teachers"].values())
+        lines += [f"## {ds} (world {entry['headline_world']})", "",
+                  f"rows: train {sizes['train']}, validation {sizes['validation']}, evaluation {sizes['evaluation']}; "
+                  f"teachers' AUC(click) on the evaluation window, mean over surfaces: {teachers}", "",
+                  "| arm | AUC | NE | AUC lift vs no_teacher | NE lift vs no_teacher | AUC lift vs capacity-matched |",
                   "|---|---|---|---|---|---|"]
-        for method, entry in methods.items():
-            absolute = entry.get("auc_lift_click", {}).get("absolute_mean", float("nan"))
-            lines.append(f"| {method} | {absolute:.4f} | {_fmt(entry.get('auc_lift_click'))} | "
-                         f"{_fmt(entry.get('ne_lift_click'))} | {_fmt(entry.get('auc_lift_conversion'))} | "
-                         f"{_fmt(entry.get('ne_lift_conversion'))} |")
-        lines += ["", f"transfer ratio (adapter / KD, AUC click lift): {transfer_ratio(summary, ds):.3f}; "
-                      f"(NE click lift): {transfer_ratio(summary, ds, 'ne'):.3f}", ""]
+        for arm, a in entry["arms"].items():
+            cap = (f"{_fmt(a.get('lift_auc_vs_capacity'))} ({a['capacity_baseline']})"
+                   if a.get("capacity_baseline") else "")
+            name = f"{arm} ({a['label']})" if a.get("label") else arm
+            lines.append(f"| {name} | {a['auc']:.4f} | {a['ne']:.4f} | {_fmt(a.get('lift_auc'))} | "
+                         f"{_fmt(a.get('lift_ne'))} | {cap} |")
+        lines.append("")
+        for name, d in entry["differences"].items():
+            lines.append(f"- {name}: AUC {_fmt(d['auc'])}, NE {_fmt(d['ne'])}")
+        for name, r in entry["ratios"].items():
+            lines.append(f"- {name}: AUC {_ratio(r['auc'])}; NE {_ratio(r['ne'])}")
+        if len(entry["staleness"]) > 1:
+            lines += ["", "| world | teacher AUC | KD lift AUC | adapter lift AUC | adapter - KD (AUC) | "
+                          "adapter - KD (NE) |", "|---|---|---|---|---|---|"]
+            for row in entry["staleness"]:
+                lines.append(f"| {row['world']} | {row['teacher_auc']:.4f} | {_fmt(row.get('kd_lift_auc'))} | "
+                             f"{_fmt(row.get('adapter_lift_auc'))} | {_fmt(row.get('adapter_vs_kd_auc'))} | "
+                             f"{_fmt(row.get('adapter_vs_kd_ne'))} |")
+        lines.append("")
+    serving = payload.get("serving") or {}
+    if serving:
+        lines += ["## serving (feed student, 100 candidates)", "", "| path | p50 ms | p99 ms |", "|---|---|---|"]
+        for name, s in serving.get("paths", {}).items():
+            lines.append(f"| {name} | {s['p50_ms']:.2f} ± {s['p50_ms_std']:.2f} | {s['p99_ms']:.2f} ± "
+                         f"{s['p99_ms_std']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
-def lift_figure(summary: dict):
+def lift_figure(payload: dict):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    datasets = list(summary)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), squeeze=False)
-    for ax, kind in zip(axes[0], ("auc", "ne")):
-        methods = sorted({m for ds in datasets for m in summary[ds] if m != BASELINE})
-        width = 0.8 / max(len(methods), 1)
-        for i, method in enumerate(methods):
-            means = [summary[ds].get(method, {}).get(f"{kind}_lift_click", {}).get("mean", float("nan"))
-                     for ds in datasets]
-            stds = [summary[ds].get(method, {}).get(f"{kind}_lift_click", {}).get("std", 0.0) for ds in datasets]
-            ax.bar([j + i * width for j in range(len(datasets))], means, width, yerr=stds, label=method)
-        ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(datasets))], datasets)
-        ax.set_title(f"{kind.upper()} lift over the no-teacher student (click, mean ± std over seeds)")
-        ax.legend(fontsize=7)
+    datasets = list(payload["datasets"])
+    if not datasets:
+        return None
+    fig, axes = plt.subplots(1, len(datasets) + 1, figsize=(5 * (len(datasets) + 1), 4), squeeze=False)
+    for ax, ds in zip(axes[0], datasets):
+        arms = [a for a in payload["datasets"][ds]["arms"] if a != BASELINE]
+        entries = [payload["datasets"][ds]["arms"][a].get("lift_auc") or {} for a in arms]
+        means = [e.get("mean") or 0.0 for e in entries]
+        err = [[m - (e.get("lo") or m) for m, e in zip(means, entries)],
+               [(e.get("hi") or m) - m for m, e in zip(means, entries)]]
+        ax.barh(arms, means, xerr=err)
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_title(f"{ds}: AUC lift over no_teacher (95% CI)", fontsize=9)
+        ax.tick_params(labelsize=7)
+    ax = axes[0][-1]
+    for ds in datasets:
+        rows = [r for r in payload["datasets"][ds]["staleness"] if r["gap_periods"] is not None]
+        if len(rows) > 1 and all(r.get("adapter_vs_kd_auc") for r in rows):
+            xs = [r["gap_periods"] for r in rows]
+            ys = [r["adapter_vs_kd_auc"]["mean"] for r in rows]
+            lo = [r["adapter_vs_kd_auc"]["lo"] for r in rows]
+            hi = [r["adapter_vs_kd_auc"]["hi"] for r in rows]
+            order = sorted(range(len(xs)), key=xs.__getitem__)
+            ax.errorbar([xs[i] for i in order], [ys[i] for i in order],
+                        yerr=[[ys[i] - lo[i] for i in order], [hi[i] - ys[i] for i in order]], marker="o", label=ds)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel("gap between the teacher's last day and the student window (periods)")
+    ax.set_title("adapter minus KD, AUC (95% CI)", fontsize=9)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
-def write_results(summary: dict, results: dict, latency: dict, cfg: ExperimentConfig, seconds: float) -> dict:
-    per_dataset = {}
-    for ds, methods in summary.items():
-        per_dataset[ds] = {
-            "teacher_version": results[ds]["teacher_version"],
-            "teacher_eval": {**{k: v for k, v in results[ds]["teacher_metrics"].items() if "/all/" in k},
-                             **{f"{kind}/surface_mean/{task}": teacher_surface_mean(results[ds]["teacher_metrics"],
-                                                                                     kind, task)
-                                for kind in ("auc", "ne") for task in ("click", "conversion")}},
-            "examples": results[ds]["examples"], "windows": results[ds]["windows"],
-            "timings_s": results[ds]["timings"],
-            "knowledge_examples_per_s": results[ds]["knowledge_examples_per_s"],
-            "transfer_ratio_auc": transfer_ratio(summary, ds), "transfer_ratio_ne": transfer_ratio(summary, ds, "ne"),
-            "methods": methods,
+def write_results(results: dict, serving: dict, cfg: ExperimentConfig, seconds: float) -> dict:
+    datasets = {}
+    for ds, res in results.items():
+        figures = res["figures"]
+        headline = next(iter(figures))
+        head = figures[headline]
+        datasets[ds] = {
+            "headline_world": headline, "sizes": head["examples"], "windows": head["windows"],
+            "teachers": head["teachers"], "arms": head["arms"], "differences": head["differences"],
+            "ratios": head["ratios"], "staleness": staleness_curve(figures),
+            "staleness_worlds": {name: {"windows": f["windows"], "teachers": f["teachers"], "examples": f["examples"]}
+                                 for name, f in figures.items() if name != headline},
+            "timings_s": {name: f["timings_s"] for name, f in figures.items()}, "wall_s": res.get("wall_s"),
         }
-    first = next(iter(summary), None)
-    ratios = [r for res in results.values() for r in res["flops_ratio"].values()]
+    sim = datasets.get("simulator", {})
+    ratio = (sim.get("ratios", {}).get("transfer_ratio_combined", {}) or {}).get("auc", {})
+    paths = (serving or {}).get("paths", {})
     payload = {
-        "transfer_ratio": transfer_ratio(summary, "simulator") if "simulator" in summary else
-        (transfer_ratio(summary, first) if first else float("nan")),
-        "transfer_ratio_ne": transfer_ratio(summary, "simulator", "ne") if "simulator" in summary else float("nan"),
-        "student_p99_ms": latency.get("end_to_end", {}).get("p99_ms", float("nan")),
-        "student_p50_ms": latency.get("end_to_end", {}).get("p50_ms", float("nan")),
-        "student_score_only_p99_ms": latency.get("score_only", {}).get("p99_ms", float("nan")),
-        "student_p99_ms_online_items": latency.get("online_items", {}).get("end_to_end", {}).get("p99_ms",
-                                                                                                  float("nan")),
-        "feast_sdk_fetch_p99_ms": latency.get("feast_sdk_fetch", {}).get("p99_ms", float("nan")),
-        "student_flops_ratio": max(ratios) if ratios else float("nan"),
-        "student_flops_ratio_by_method": {ds: res["flops_ratio"] for ds, res in results.items()},
-        "seeds": list(cfg.seeds),
-        "lift_definition": "method minus no_teacher per surface (AUC) / no_teacher minus method (NE), "
-                           "mean over surfaces, then mean and std over seeds",
-        "latency": latency,
-        "datasets": per_dataset,
+        "protocol": PROTOCOL,
+        "transfer_ratio_combined": ratio.get("mean") if ratio.get("defined") else None,
+        "transfer_ratio_combined_lo": ratio.get("lo") if ratio.get("defined") else None,
+        "transfer_ratio_combined_hi": ratio.get("hi") if ratio.get("defined") else None,
+        "transfer_ratio_combined_note": "" if ratio.get("defined") else ratio.get("why", "not measured"),
+        "goal_combined_2x_kd": bool(ratio.get("defined") and ratio["mean"] >= 2 and ratio["lo"] > 1),
+        **{f"serving_{name}_p99_ms": p["p99_ms"] for name, p in paths.items()},
+        **{f"serving_{name}_p50_ms": p["p50_ms"] for name, p in paths.items()},
+        "datasets": datasets,
+        "serving": serving,
+        "config": {"seeds": cfg.seeds, "teacher_seeds": cfg.teacher_seeds, "staleness_seeds": cfg.staleness_seeds,
+                   "bootstrap": cfg.bootstrap, "student": asdict(cfg.student), "optim": asdict(cfg.optim),
+                   "knowledge": asdict(cfg.knowledge), "teacher_preset": cfg.teacher_preset,
+                   "teacher_overrides": cfg.teacher_overrides,
+                   "arms": {k: asdict(v) for k, v in cfg.arms.items()},
+                   "datasets": [asdict(d) for d in cfg.datasets]},
         "wall_seconds": round(seconds, 1),
     }
     return _finite(payload)
@@ -112,6 +157,6 @@ def _finite(obj):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
+    if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]
     return obj

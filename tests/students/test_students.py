@@ -148,7 +148,8 @@ def test_registry_links_student_to_teacher_version(tables, world):
 def test_serving_scores_a_request_from_the_feast_online_store(tables, world):
     from gem.data.contract import parse_utc
     from gem.features.feast_repo import materialize
-    from students.serving import Scorer, measure, sdk_fetch
+    from students.latency import measure, measure_concurrent
+    from students.serving import Scorer
 
     train, evaluation, spec = tables
     out = distill(train, evaluation, spec, _cfg({"representation": {"enabled": True}}, surfaces=["feed"]))
@@ -164,8 +165,19 @@ def test_serving_scores_a_request_from_the_feast_online_store(tables, world):
     assert x.teacher_emb is not None and bool(x.teacher_emb[:, :8].abs().sum() > 0)  # user embedding served
     timing = measure(scorer, [user], items, requests=5, candidates=20, now=end, warmup=1)
     assert timing["end_to_end"]["p99_ms"] >= timing["score_only"]["p99_ms"] > 0
-    peer = sdk_fetch(scorer, [user], items, requests=3, candidates=20, now=end, warmup=1)
-    assert peer["requests"] == 3 and peer["p99_ms"] > 0
+
+    # the peer: the user's rows through the Feast SDK, the same item table: the same inputs
+    users = sorted({int(u) for u in evaluation.user_raw.tolist()})[:5]
+    sdk = Scorer(model, world.repo, world.features["teacher"], surface="feed", cache_items=True, user_reads="sdk")
+    mine = Scorer(model, world.repo, world.features["teacher"], surface="feed", cache_items=True)
+    for u in users:
+        a, b = mine.inputs(u, items, end), sdk.inputs(u, items, end)
+        for name in ("sparse", "history", "dense", "surface", "teacher_emb"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), (u, name)
+    both = measure_concurrent(lambda: Scorer(model, world.repo, world.features["teacher"], surface="feed",
+                                             cache_items=True, user_reads="sdk"),
+                              users, items, threads=3, requests=12, candidates=20, now=end, warmup=1)
+    assert both["requests"] == 12 and sum(both["per_thread_requests"]) == 12 and both["p99_ms"] > 0
 
     cached = Scorer(model, world.repo, world.features["teacher"], surface="feed", cache_items=True)
     cached.preload_items(items[:10], end)
