@@ -1,15 +1,19 @@
 """CPU benchmark: jagged attention (bucketed backend) vs padded SDPA, fbgemm and nested SDPA.
 
-    python -m kernels.benchmarks.jagged_attention_bench                      # ~2-3 min, 2 quiet cores
-    python -m kernels.benchmarks.jagged_attention_bench --threads 1,2 --batch default,long
-    python -m kernels.benchmarks.jagged_attention_bench --quick              # seconds, no file
+    python -m kernels.benchmarks.jagged_attention_bench       # default+long, 1 and torch's threads
+    python -m kernels.benchmarks.jagged_attention_bench --threads 1 --batch default
+    python -m kernels.benchmarks.jagged_attention_bench --quick               # seconds, no file
 
 Workload: fp32, 4 heads x 64. Batches (long-tailed log-normal lengths, sigma 1, the first
 sequence at the max so padding is fixed): "default" = 256 sequences, mean ~80, max 1024;
 "long" = 32 sequences, mean ~800, max 4096; "mild" = 256, mean ~80, max 160, sigma 0.35.
 
-Every method is timed the same way: `--warmup` untimed calls, then `--reps` timed calls of
-forward (no_grad) and of forward+backward (grads of q, k, v); best and median are kept.
+Every method is timed the same way: `--warmup` untimed calls, then `reps` timed calls of
+forward (no_grad) and of forward+backward (grads of q, k, v); best and median are kept, and
+the best process CPU time (less inflated than wall time when other processes share the
+cores). `reps` is the batch's own (3 for default and mild, 2 for long, whose padded
+baseline takes ~25 s a call) unless --reps is given. The 1-minute load average is recorded
+before and after each (batch, threads) run.
 Methods: ours (softmax), ours_gdpa_causal (the HSTU form), padded_sdpa (pad to the batch
 max, torch SDPA with a key mask), padded_gdpa_causal (HSTU's PyTorch reference recipe:
 pad, dense matmuls, SiLU, mask; default batch only, it needs ~B*H*max^2*4 bytes per score
@@ -19,13 +23,16 @@ nested-tensor SDPA; opt-in with --methods, it takes minutes).
 
 Useful FLOP/s count real work only: forward 4 L^2 D per sequence and head (QK^T and PV;
 causal half of it), backward twice the forward; padding and recomputation are not counted.
-`matmul_peak_gflops` is a 2048^3 fp32 torch.mm timed the same way in the same run, so
-`ours_fraction_of_peak` is comparable across machines. Results: results.py.
+`matmul_peak_gflops` is a 2048^3 fp32 torch.mm timed the same way in the same run, before
+and after the methods (the higher of the two is kept, so a quieter moment is not counted
+as our speed), so `ours_fraction_of_peak` is comparable across machines. Results: results.py.
+Total time on 2 quiet cores: ~6 minutes (most of it the padded baseline on the long batch).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -58,14 +65,16 @@ class BatchShape:
     mean: float
     max_len: int
     sigma: float
+    reps: int = 3  # timed calls per method and phase unless --reps says otherwise
 
 
 BATCHES = {
     "default": BatchShape(256, 80.0, 1024, 1.0),
-    "long": BatchShape(32, 800.0, 4096, 1.0),
+    "long": BatchShape(32, 800.0, 4096, 1.0, reps=2),
     "mild": BatchShape(256, 80.0, 160, 0.35),
 }
-QUICK_BATCH = BatchShape(16, 10.0, 64, 1.0)
+DEFAULT_BATCHES = ("default", "long")
+QUICK_BATCH = BatchShape(16, 10.0, 64, 1.0, reps=1)
 
 
 @dataclass(frozen=True)
@@ -109,7 +118,11 @@ def useful_flops(lengths: Tensor, causal: bool) -> float:
     return 3 * 4 * float(pairs.sum()) * HEADS * HEAD_DIM
 
 
-def matmul_peak_gflops(reps: int, warmup: int, size: int = 2048) -> float:
+PEAK_MATMUL_SIZE = 2048
+
+
+def matmul_peak_gflops(reps: int, warmup: int, size: int | None = None) -> float:
+    size = size or PEAK_MATMUL_SIZE
     a, b = torch.randn(size, size), torch.randn(size, size)
     out = torch.empty(size, size)
     timing = time_best(lambda: torch.mm(a, b, out=out), reps, warmup)
@@ -151,6 +164,7 @@ def run_batch(lengths: Tensor, methods: list[str], reps: int, warmup: int,
         figures[f"{name}_fwd_median_ms"] = 1e3 * fwd["median_s"]
         figures[f"{name}_fwd_bwd_ms"] = 1e3 * fwd_bwd["best_s"]
         figures[f"{name}_fwd_bwd_median_ms"] = 1e3 * fwd_bwd["median_s"]
+        figures[f"{name}_fwd_bwd_cpu_ms"] = 1e3 * fwd_bwd["best_cpu_s"]
         figures[f"{name}_useful_gflops"] = (
             useful_flops(lengths, method.causal) / fwd_bwd["best_s"] / 1e9)
         print(f"  {name:<20} fwd {figures[f'{name}_fwd_ms']:9.1f} ms   fwd+bwd "
@@ -158,7 +172,7 @@ def run_batch(lengths: Tensor, methods: list[str], reps: int, warmup: int,
               f"{figures[f'{name}_fwd_bwd_median_ms']:.1f})", flush=True)
     for ours, base in PAIRS:
         if ours in outputs and base in outputs:
-            for phase in ("fwd", "fwd_bwd"):
+            for phase in ("fwd", "fwd_bwd", "fwd_bwd_cpu"):
                 figures[f"speedup_{ours}_vs_{base}_{phase}"] = (
                     figures[f"{base}_{phase}_ms"] / figures[f"{ours}_{phase}_ms"])
             ref = outputs[base]
@@ -173,13 +187,16 @@ def _list(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", default=str(torch.get_num_threads()),
-                        help="comma-separated torch thread counts (default: torch's, %(default)s)")
-    parser.add_argument("--batch", default="default",
-                        help=f"comma-separated batches among {sorted(BATCHES)}")
+    default_threads = ",".join(str(t) for t in sorted({1, torch.get_num_threads()}))
+    parser.add_argument("--threads", default=default_threads,
+                        help="comma-separated torch thread counts (default: 1 and torch's, "
+                             "%(default)s)")
+    parser.add_argument("--batch", default=",".join(DEFAULT_BATCHES),
+                        help=f"comma-separated batches among {sorted(BATCHES)} (default %(default)s)")
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                         help=f"comma-separated, among {sorted(METHODS)}")
-    parser.add_argument("--reps", type=int, default=3, help="timed calls per method and phase")
+    parser.add_argument("--reps", type=int, default=None,
+                        help="timed calls per method and phase (default: the batch's, 3 or 2)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls before timing")
     parser.add_argument("--quick", action="store_true",
                         help="a 16-sequence batch, 1 rep; writes no file")
@@ -191,21 +208,30 @@ def main(argv: list[str] | None = None) -> dict:
         b for b in _list(args.batch) if b not in BATCHES]
     if unknown:
         parser.error(f"unknown methods or batches {unknown}")
-    reps, warmup = (1, 0) if args.quick else (args.reps, args.warmup)
+    warmup = 0 if args.quick else args.warmup
     batches = {"quick": QUICK_BATCH} if args.quick else {b: BATCHES[b] for b in _list(args.batch)}
     results: dict = {}
     rows = []
     for batch_name, shape in batches.items():
         lengths = long_tailed_lengths(shape.batch, shape.mean, shape.max_len, shape.sigma,
                                       torch.Generator().manual_seed(0))
+        reps = 1 if args.quick else (args.reps or shape.reps)
         for num_threads in threads:
             torch.set_num_threads(num_threads)
             key = f"{batch_name}_threads_{num_threads}"
             print(f"\n{key}: batch {shape.batch}, mean {float(lengths.float().mean()):.1f}, "
-                  f"max {int(lengths.max())}, padding {padding_fraction(lengths):.1%}", flush=True)
+                  f"max {int(lengths.max())}, padding {padding_fraction(lengths):.1%}, "
+                  f"load {os.getloadavg()[0]:.2f}", flush=True)
             start = time.perf_counter()
+            load_before = os.getloadavg()[0]
+            peak_before = matmul_peak_gflops(3, 1)
             figures = run_batch(lengths, methods, reps, warmup)
-            figures["matmul_peak_gflops"] = matmul_peak_gflops(max(reps, 3), 1)
+            peak_after = matmul_peak_gflops(3, 1)
+            figures.update(matmul_peak_gflops=max(peak_before, peak_after),
+                           matmul_peak_gflops_before=peak_before,
+                           matmul_peak_gflops_after=peak_after,
+                           load_average_1min_before=load_before,
+                           load_average_1min_after=os.getloadavg()[0], reps=reps)
             if "ours_useful_gflops" in figures:
                 figures["ours_fraction_of_peak"] = (
                     figures["ours_useful_gflops"] / figures["matmul_peak_gflops"])
@@ -225,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{figures.get('ours_fraction_of_peak', float('nan')):.1%} of it; speedups "
               + ", ".join(f"{k[8:]} {v:.2f}x" for k, v in figures.items()
                           if k.startswith("speedup_") and k.endswith("fwd_bwd")))
-    sizes = {"heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32", "reps": reps,
+    sizes = {"heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32", "reps": args.reps,
              "warmup": warmup, "threads": threads, "methods": methods,
              "batches": {name: vars(shape) for name, shape in batches.items()},
              "isa": cpu_description()["isa"],

@@ -83,14 +83,10 @@ class _Problem:
             self.chunks = plan_chunks(starts, lengths, history, self.num_tokens, self.num_heads,
                                       solo_min=planning.FUSED_SOLO_MIN,
                                       overhead=planning.FUSED_CHUNK_OVERHEAD_SCORES)
-            kept = lengths.tolist()
-            dropped = (offsets[1:] - offsets[:-1] - lengths).tolist()
-            # Token order for assembling outputs: (sequence, kept) or (-1, dropped zeros).
-            self.token_order = []
-            for b, (drop, n) in enumerate(zip(dropped, kept)):
-                self.token_order += [(-1, drop)] if drop else []
-                self.token_order += [(b, n)] if n else []
-            self.max_dropped = max(dropped, default=0)
+            dropped = offsets[1:] - offsets[:-1] - lengths
+            spans = torch.nonzero(dropped).flatten()
+            # (first token, count) of each run of truncated tokens, which get zeros
+            self.dropped = list(zip(offsets[spans].tolist(), dropped[spans].tolist()))
             return
         self.chunks = plan_chunks(starts, lengths, history, self.num_tokens, self.num_heads)
         if int(lengths.sum()) != self.num_tokens:
@@ -107,14 +103,14 @@ class _Problem:
         """(T, H, D) -> (1, H, L, D) view of a solo chunk's rows, the fused kernels' layout."""
         return x[chunk.start:chunk.start + chunk.size].unsqueeze(0).transpose(1, 2)
 
-    def assemble(self, pieces: list[Tensor | None], like: Tensor) -> Tensor:
-        """Per-sequence (L, ...) pieces -> (T, ...) in token order, zeros for dropped tokens."""
-        tail = like.shape[1:]
-        if not self.token_order:
-            return like.new_zeros((self.num_tokens, *tail), dtype=self.dtype)
-        zeros = like.new_zeros((self.max_dropped, *tail), dtype=self.dtype) if self.max_dropped else None
-        parts = [pieces[b] if b >= 0 else zeros[:n] for b, n in self.token_order]
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+    def fused_buffers(self, *likes: Tensor) -> list[Tensor]:
+        """Uninitialized (T, ...) result buffers shaped like `likes`, truncated tokens zeroed
+        (every other row is written once by exactly one chunk)."""
+        buffers = [torch.empty(like.shape, dtype=self.dtype, device=like.device) for like in likes]
+        for first, count in self.dropped:
+            for buffer in buffers:
+                buffer[first:first + count].zero_()
+        return buffers
 
     def gather_rows(self, x: Tensor, chunk: Chunk) -> Tensor:
         """(T, H, D) -> (n, H, Lp, D) in the compute dtype: a transposed view of the
@@ -216,35 +212,36 @@ def _scatter(dest: Tensor, chunk: Chunk, values: Tensor) -> None:
     dest.index_copy_(0, chunk.scatter, rows)
 
 
-def _split_rows(chunk: Chunk, rows: Tensor, pieces: list[Tensor | None]) -> None:
-    """rows (n, Lp, ...) of a batched chunk -> pieces[sequence] = its first L rows (views)."""
+def _store(chunk: Chunk, rows: Tensor, dest: Tensor) -> None:
+    """rows (n, Lp, ...) computed for a chunk -> their tokens' rows of dest (T, ...).
+
+    A copy per sequence of its first L rows: padding rows are never written anywhere.
+    """
+    if chunk.solo:
+        dest[chunk.start:chunk.start + chunk.size].copy_(rows[0])
+        return
     flat = rows.reshape(-1, *rows.shape[2:])
-    sizes = [part for n in chunk.kept for part in (n, chunk.size - n)]
-    parts = flat.split(sizes)
-    for b, piece in zip(chunk.sequences, parts[::2]):
-        pieces[b] = piece
+    parts = flat.split([part for n in chunk.kept for part in (n, chunk.size - n)])
+    for first, n, part in zip(chunk.firsts, chunk.kept, parts[::2]):
+        dest[first:first + n].copy_(part)
 
 
 def _fused_forward(pb: "_Problem", q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """Every chunk through torch's fused CPU flash-attention forward: (out, lse (T, H))."""
+    """Every chunk through torch's fused CPU flash-attention forward: (out, lse (T, H)).
+
+    Each kernel result is copied to its tokens at once, so the kernels' buffers are freed
+    and reused from chunk to chunk rather than all held (and paged in) until the end.
+    """
     q, k, v = pb.compute(q), pb.compute(k), pb.compute(v)
-    outs: list[Tensor | None] = [None] * pb.num_seqs
-    lses: list[Tensor | None] = [None] * pb.num_seqs
+    out, lse = pb.fused_buffers(v, q[:, :, 0])
     for chunk in pb.chunks:
         mask, is_causal = pb.fused_mask(chunk)
-        if chunk.solo:
-            o_c, lse_c = _FLASH(pb.solo_view(q, chunk), pb.solo_view(k, chunk),
-                                pb.solo_view(v, chunk), 0.0, is_causal, attn_mask=mask,
-                                scale=pb.scale)
-            outs[chunk.sequences[0]] = o_c[0].transpose(0, 1)
-            lses[chunk.sequences[0]] = lse_c[0].t()
-            continue
-        o_c, lse_c = _FLASH(pb.gather_rows(q, chunk), pb.gather_rows(k, chunk),
-                            pb.gather_rows(v, chunk), 0.0, is_causal, attn_mask=mask,
-                            scale=pb.scale)
-        _split_rows(chunk, o_c.transpose(1, 2), outs)
-        _split_rows(chunk, lse_c.transpose(1, 2), lses)
-    return pb.assemble(outs, v), pb.assemble(lses, q[:, :, 0])
+        inputs = [pb.solo_view(x, chunk) if chunk.solo else pb.gather_rows(x, chunk)
+                  for x in (q, k, v)]
+        o_c, lse_c = _FLASH(*inputs, 0.0, is_causal, attn_mask=mask, scale=pb.scale)
+        _store(chunk, o_c.transpose(1, 2), out)
+        _store(chunk, lse_c.transpose(1, 2), lse)
+    return out, lse
 
 
 def _fused_backward(pb: "_Problem", grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor,
@@ -252,28 +249,23 @@ def _fused_backward(pb: "_Problem", grad_out: Tensor, q: Tensor, k: Tensor, v: T
     """Every chunk through torch's fused CPU backward: (dq, dk, dv)."""
     grad_out, q, k, v, out = (pb.compute(x) for x in (grad_out, q, k, v, out))
     lse = lse.contiguous()
-    grads: list[list[Tensor | None]] = [[None] * pb.num_seqs for _ in range(3)]
+    grads = pb.fused_buffers(q, k, v)
     for chunk in pb.chunks:
         mask, is_causal = pb.fused_mask(chunk)
         if chunk.solo:
-            view = lambda x, chunk=chunk: pb.solo_view(x, chunk)  # noqa: E731
+            inputs = [pb.solo_view(x, chunk) for x in (grad_out, q, k, v, out)]
             lse_c = lse[chunk.start:chunk.start + chunk.size].t().unsqueeze(0)
-            chunk_grads = _FLASH_BACKWARD(view(grad_out), view(q), view(k), view(v), view(out),
-                                          lse_c, 0.0, is_causal, attn_mask=mask, scale=pb.scale)
-            for pieces, grad in zip(grads, chunk_grads):
-                pieces[chunk.sequences[0]] = grad[0].transpose(0, 1)
-            continue
-        lse_rows = lse.index_select(0, chunk.gather)
-        if chunk.padding.numel():
-            lse_rows.index_fill_(0, chunk.padding, 0)
-        lse_c = lse_rows.view(-1, chunk.size, pb.num_heads).transpose(1, 2)
-        chunk_grads = _FLASH_BACKWARD(
-            pb.gather_rows(grad_out, chunk), pb.gather_rows(q, chunk), pb.gather_rows(k, chunk),
-            pb.gather_rows(v, chunk), pb.gather_rows(out, chunk), lse_c, 0.0, is_causal,
-            attn_mask=mask, scale=pb.scale)
-        for pieces, grad in zip(grads, chunk_grads):
-            _split_rows(chunk, grad.transpose(1, 2), pieces)
-    return tuple(pb.assemble(pieces, like) for pieces, like in zip(grads, (q, k, v)))
+        else:
+            inputs = [pb.gather_rows(x, chunk) for x in (grad_out, q, k, v, out)]
+            lse_rows = lse.index_select(0, chunk.gather)
+            if chunk.padding.numel():
+                lse_rows.index_fill_(0, chunk.padding, 0)
+            lse_c = lse_rows.view(-1, chunk.size, pb.num_heads).transpose(1, 2)
+        chunk_grads = _FLASH_BACKWARD(*inputs, lse_c, 0.0, is_causal, attn_mask=mask,
+                                      scale=pb.scale)
+        for dest, grad in zip(grads, chunk_grads):
+            _store(chunk, grad.transpose(1, 2), dest)
+    return tuple(grads)
 
 
 def _finish(buffer: Tensor, num_tokens: int, dtype: torch.dtype) -> Tensor:

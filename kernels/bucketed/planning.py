@@ -45,7 +45,8 @@ class Chunk:
     lengths, history: (n,) int64 kept length and history length of each sequence.
     heads_per_group: heads processed together; below H only for sequences so long that
         all heads' scores at once would exceed the chunk budget.
-    sequences, kept: the sequences' indices in the batch and their kept lengths (ints).
+    sequences, kept, firsts: the sequences' indices in the batch, kept lengths and first
+        kept tokens (ints).
     solo: one sequence of exactly `size` tokens starting at token `start`, no padding.
     """
 
@@ -58,6 +59,7 @@ class Chunk:
     heads_per_group: int
     sequences: tuple[int, ...] = ()
     kept: tuple[int, ...] = ()
+    firsts: tuple[int, ...] = ()
     solo: bool = False
     start: int = 0
 
@@ -100,20 +102,19 @@ def plan_chunks(starts: torch.Tensor, lengths: torch.Tensor, history: torch.Tens
     max_chunk_scores = max_chunk_scores or MAX_CHUNK_SCORES
     overhead = CHUNK_OVERHEAD_SCORES if overhead is None else overhead
     device = starts.device
-    lengths_np = lengths.cpu().numpy()
+    lengths_np, starts_np = lengths.cpu().numpy(), starts.cpu().numpy()
     keep = np.nonzero(lengths_np > 0)[0]
     chunks = []
     if solo_min is not None:
         solo = keep[lengths_np[keep] >= solo_min]
         keep = keep[lengths_np[keep] < solo_min]
-        starts_np = starts.cpu().numpy()
         for b in solo[np.argsort(lengths_np[solo], kind="stable")]:
             size = int(lengths_np[b])
             chunks.append(Chunk(size=size, gather=None, padding=None, scatter=None,
                                 lengths=lengths[b:b + 1], history=history[b:b + 1],
                                 heads_per_group=_heads_per_group(num_heads, size, max_chunk_scores),
-                                sequences=(int(b),), kept=(size,), solo=True,
-                                start=int(starts_np[b])))
+                                sequences=(int(b),), kept=(size,), firsts=(int(starts_np[b]),),
+                                solo=True, start=int(starts_np[b])))
     if len(keep) == 0:
         return chunks
     order = keep[np.argsort(lengths_np[keep], kind="stable")]
@@ -130,7 +131,8 @@ def plan_chunks(starts: torch.Tensor, lengths: torch.Tensor, history: torch.Tens
             ids = torch.from_numpy(ids_np).to(device)
             batched.append(_make_chunk(size, starts[ids], lengths[ids], history[ids], trash_index,
                                        _heads_per_group(num_heads, size, max_chunk_scores),
-                                       tuple(ids_np.tolist()), tuple(lengths_np[ids_np].tolist())))
+                                       tuple(ids_np.tolist()), tuple(lengths_np[ids_np].tolist()),
+                                       tuple(starts_np[ids_np].tolist())))
     return batched + chunks
 
 
@@ -140,7 +142,7 @@ def _heads_per_group(num_heads: int, size: int, max_chunk_scores: int) -> int:
 
 def _make_chunk(size: int, starts: torch.Tensor, lengths: torch.Tensor, history: torch.Tensor,
                 trash_index: int, heads_per_group: int, sequences: tuple[int, ...],
-                kept: tuple[int, ...]) -> Chunk:
+                kept: tuple[int, ...], firsts: tuple[int, ...]) -> Chunk:
     pos = torch.arange(size, device=starts.device).view(1, size)
     inside = pos < lengths.view(-1, 1)
     tokens = starts.view(-1, 1) + pos
@@ -148,4 +150,4 @@ def _make_chunk(size: int, starts: torch.Tensor, lengths: torch.Tensor, history:
                  padding=torch.nonzero(~inside.reshape(-1)).flatten(),
                  scatter=torch.where(inside, tokens, trash_index).reshape(-1),
                  lengths=lengths, history=history, heads_per_group=heads_per_group,
-                 sequences=sequences, kept=kept)
+                 sequences=sequences, kept=kept, firsts=firsts)

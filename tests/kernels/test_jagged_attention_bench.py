@@ -27,16 +27,25 @@ def test_command_line_writes_results_with_machine(tmp_path):
     """`python -m`-style run on a 16-sequence batch standing in for "default"."""
     code = ("import kernels.benchmarks.jagged_attention_bench as b; "
             "b.BATCHES['default'] = b.QUICK_BATCH; "
-            "b.main(['--threads', '1', '--reps', '1', '--warmup', '0', '--name', 'tiny'])")
+            "b.BATCHES['long'] = b.QUICK_BATCH; b.PEAK_MATMUL_SIZE = 256; "
+            "b.main(['--threads', '1,2', '--warmup', '0', '--name', 'tiny'])")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                    env={**os.environ, "GEM_BENCH_RESULTS": str(tmp_path)})
     payload = json.loads((tmp_path / "tiny.json").read_text())
-    figures = payload["default_threads_1"]
-    assert figures["ours_fwd_bwd_ms"] > 0 and figures["matmul_peak_gflops"] > 0
-    assert figures["ours_fraction_of_peak"] > 0
-    assert figures["speedup_ours_vs_padded_sdpa_fwd_bwd"] > 0
+    # default: the default and long batches (both standing in here), each per thread count
+    assert {"default_threads_1", "default_threads_2", "long_threads_1", "long_threads_2"} <= set(payload)
+    for key in ("default_threads_1", "long_threads_2"):
+        figures = payload[key]
+        assert figures["ours_fwd_bwd_ms"] > 0 and figures["ours_fwd_bwd_cpu_ms"] > 0
+        assert figures["matmul_peak_gflops"] == max(figures["matmul_peak_gflops_before"],
+                                                    figures["matmul_peak_gflops_after"])
+        assert figures["ours_fraction_of_peak"] > 0
+        assert figures["speedup_ours_vs_padded_sdpa_fwd_bwd"] > 0
+        assert figures["speedup_ours_vs_fbgemm_sll_fwd_bwd"] > 0
+        assert figures["load_average_1min_before"] >= 0 and figures["load_average_1min_after"] >= 0
+        assert figures["reps"] == 1
     assert payload["machine"]["isa"] == cpu_description()["isa"]
-    assert payload["machine"]["torch_threads"] == 1
+    assert payload["sizes"]["threads"] == [1, 2]
 
 
 def test_benchmark_module_imports_nothing_from_gem():
