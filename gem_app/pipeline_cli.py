@@ -3,6 +3,7 @@ both pipelines to IR YAML with cluster settings.
 
     python -m gem pipeline run                      # simulator data, small presets
     python -m gem pipeline run --data DIR --workspace runs/mine
+    python -m gem pipeline run --data DIR --cut 2026-01-06 --cut 2026-01-07   # explicit windows
     python -m gem pipeline compile --out pipelines/compiled
 """
 
@@ -28,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--preset", choices=("tiny", "small"), default="small",
                      help="sizes of every stage: tiny (seconds, tests) or small (the default main job)")
     run.add_argument("--surfaces", default="", help="comma-separated surfaces (default: every surface the data has)")
+    run.add_argument("--cut", action="append", default=[], metavar="ISO",
+                     help="twice: the teacher window ends at the first cut point, the students' at the second "
+                          "(the holdout runs to the data's end); default: the last two days")
     run.set_defaults(func=_run)
     comp = actions.add_parser("compile", help="compile gem_pipeline and refresh_pipeline to IR YAML")
     comp.add_argument("--out", type=Path, default=Path("pipelines/compiled"))
@@ -42,6 +46,11 @@ def _run(args: argparse.Namespace) -> int:
     params = dict(PRESETS[args.preset])
     params["data"] = str(Path(args.data).resolve()) if args.data else ""
     params["surfaces"] = [s for s in args.surfaces.split(",") if s]
+    if args.cut and len(args.cut) != 2:
+        print(f"error: --cut twice (teacher end, student end), got {args.cut}", file=sys.stderr)
+        return 2
+    if args.cut:
+        params["cuts"] = list(args.cut)
     workspace = Path(args.workspace).resolve()
     print(f"gem pipeline: {params['data'] or 'simulator data (' + params['sim_preset'] + ')'} -> {workspace}"
           f"  (each step's log: {workspace / 'logs'})", flush=True)

@@ -30,20 +30,23 @@ def init_local(pipeline_root: Path) -> None:
                raise_on_error=True)
 
 
-def run_pipeline(workspace: str | Path, *, refresh: bool = False, **params) -> dict:
+def run_pipeline(workspace: str | Path, *, refresh: bool = False, cuts: list[str] | None = None, **params) -> dict:
     """Run gem_pipeline (or refresh_pipeline) locally; returns the summary it wrote to the
-    workspace. ``tracking_root`` defaults to the workspace (MLflow on sqlite there)."""
+    workspace. ``tracking_root`` defaults to the workspace (MLflow on sqlite there).
+    ``cuts``: [teacher_end, student_end] time cut points instead of the last-days split."""
     import json
 
     from gem_app.locks import exclusive
     from gem_app.pipelines.console import PipelineConsole
     from gem_app.pipelines.gem_pipeline import make_gem_pipeline
+    from gem_app.stages.ingest import write_cuts
 
     workspace = Path(workspace).resolve()
     workspace.mkdir(parents=True, exist_ok=True)
     init_local(workspace / "kfp")
     run_id = params.pop("run_id", None) or new_run_id()
     with exclusive(workspace, "pipeline", what="pipeline run"), PipelineConsole(workspace):
+        write_cuts(workspace, cuts)  # ingest reads them there (the compiled graph has no such parameter)
         make_gem_pipeline(None, refresh=refresh)(workspace=str(workspace), run_id=run_id, **params)
     return json.loads((workspace / "summary.json").read_text())
 

@@ -1,5 +1,10 @@
 """ingest: simulate a dataset when none is given, validate it into the workspace's clean
-copy (bad rows quarantined with their reason), and cut the protocol's time windows."""
+copy (bad rows quarantined with their reason), and cut the protocol's time windows:
+the last days (``split_windows``), or explicit time cut points (``cut_windows``).
+
+Cut points come as ``cuts`` or, from `pipeline run --cut`, as the workspace's
+``cuts.json`` (``write_cuts``): the compiled pipeline has no parameter for them, and a
+local run's ingest reads them there (every local run writes or removes the file)."""
 
 from __future__ import annotations
 
@@ -8,12 +13,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gem import tracking
-from gem.protocol import dataset_window_tag, split_windows
+from gem.protocol import cut_windows, dataset_window_tag, split_windows
 from gem.utils.digest import tree_digest, value_digest
 from gem.utils.progress import figure
 from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
 
 WINDOW_NAMES = ("teacher", "student", "holdout")
+CUTS_FILE = "cuts.json"
+
+
+def write_cuts(workspace: str | Path, cuts: list[str] | None) -> None:
+    """Record the cut points of the next local run in ``workspace`` (none: remove them)."""
+    path = Path(workspace) / CUTS_FILE
+    if not cuts:
+        path.unlink(missing_ok=True)
+        return
+    from gem.utils.atomic import write_json
+
+    write_json({"cuts": list(cuts)}, path)
+
+
+def read_cuts(workspace: str | Path) -> list[str]:
+    import json
+
+    path = Path(workspace) / CUTS_FILE
+    return list(json.loads(path.read_text())["cuts"]) if path.is_file() else []
 
 
 @dataclass(kw_only=True)
@@ -71,16 +95,20 @@ def check_surfaces(data: str, surfaces: list[str] | None) -> list[str]:
 
 
 def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, student_days: int = 1,
-           holdout_days: int = 1, teacher_days: int = 0, surfaces: list[str] | None = None) -> IngestResult:
+           holdout_days: int = 1, teacher_days: int = 0, surfaces: list[str] | None = None,
+           cuts: list[str] | None = None) -> IngestResult:
     """A rerun reuses the result only when the dataset's bytes (or the simulator's
     config) and the protocol are unchanged. ``surfaces`` (asked for) are checked against
-    the data first: a surface it lacks fails here, before any work."""
+    the data first: a surface it lacks fails here, before any work. ``cuts`` (default:
+    the workspace's cuts.json): [teacher_end, student_end] instead of the last days."""
     from gem.data.profile import profile_dataset
 
     if data and surfaces:
         check_surfaces(data, surfaces)
     ws = Path(workspace)
-    protocol = {"student_days": student_days, "holdout_days": holdout_days, "teacher_days": teacher_days}
+    cuts = list(cuts) if cuts is not None else read_cuts(ws)
+    protocol = {"cuts": cuts} if cuts else {"student_days": student_days, "holdout_days": holdout_days,
+                                             "teacher_days": teacher_days}
     source = {"data": tree_digest(data)} if data else {"simulator": sim_preset}
     reuse = Reuse(ws / "ingest.json", {**source, **protocol})
     if (done := reuse.get()) and (ws / "clean").is_dir() and tree_digest(ws / "clean") == done["data_digest"]:
@@ -89,7 +117,7 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
         data = str(ws / "raw")
         simulate(data, sim_preset, ctx)
     report = validate(data, str(ws / "clean"), str(ws / "validation"), ctx)
-    windows = split_windows(ws / "clean", **protocol)
+    windows = cut_windows(ws / "clean", cuts) if cuts else split_windows(ws / "clean", **protocol)
     profile = profile_dataset(ws / "clean")  # the surfaces with events, in manifest order
     profile.require_surfaces(surfaces)
     for warning in profile.warnings:
