@@ -30,6 +30,9 @@ CHUNK_OVERHEAD_SCORES = 40_000
 FUSED_CHUNK_OVERHEAD_SCORES = 40_000
 FUSED_SOLO_MIN = 128
 MAX_CHUNK_SCORES = 1 << 22  # 4M score elements = 16 MiB in float32 per score buffer
+# Padded rows per chunk: bounds each gathered input (8 MiB at H * D = 256 in float32) when
+# many short sequences share a size.
+MAX_CHUNK_ROWS = 1 << 13
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,11 @@ class Chunk:
     start: int = 0
 
 
+def _seqs_per_chunk(size: int, num_heads: int, max_chunk_scores: int) -> int:
+    by_scores = max_chunk_scores // max(num_heads * size * size, 1)
+    return max(min(by_scores, MAX_CHUNK_ROWS // max(size, 1)), 1)
+
+
 def _bucket_bounds(sizes: np.ndarray, counts: np.ndarray, num_heads: int,
                    max_chunk_scores: int, overhead: float) -> list[tuple[int, int]]:
     """Optimal split of sorted distinct sizes into buckets [a, b] (inclusive indices)."""
@@ -76,7 +84,7 @@ def _bucket_bounds(sizes: np.ndarray, counts: np.ndarray, num_heads: int,
         count = cum[b] - cum[a]
         scores = num_heads * count * float(sizes[b - 1]) ** 2
         per_seq = max(num_heads * float(sizes[b - 1]) ** 2, 1.0)
-        seqs_per_chunk = max(int(max_chunk_scores // per_seq), 1)
+        seqs_per_chunk = _seqs_per_chunk(int(sizes[b - 1]), num_heads, max_chunk_scores)
         head_groups = np.ceil(per_seq / max_chunk_scores)
         num_chunks = np.ceil(count / seqs_per_chunk) * head_groups
         cost = best[a] + scores + overhead * num_chunks
@@ -95,7 +103,8 @@ def plan_chunks(starts: torch.Tensor, lengths: torch.Tensor, history: torch.Tens
                 solo_min: int | None = None, overhead: float | None = None) -> list[Chunk]:
     """Chunks covering every non-empty sequence exactly once (all inputs (B,) int64).
 
-    max_chunk_scores: score elements per chunk (default MAX_CHUNK_SCORES, read per call).
+    max_chunk_scores: score elements per chunk (default MAX_CHUNK_SCORES, read per call);
+        a chunk also holds at most MAX_CHUNK_ROWS padded rows.
     solo_min: sequences at least this long become solo chunks (None: none do).
     overhead: per-chunk cost in score elements (default CHUNK_OVERHEAD_SCORES).
     """
@@ -125,7 +134,7 @@ def plan_chunks(starts: torch.Tensor, lengths: torch.Tensor, history: torch.Tens
     for first, last in _bucket_bounds(sizes, counts, num_heads, max_chunk_scores, overhead):
         size = int(sizes[last])
         members = order[size_starts[first]:size_starts[last + 1]]
-        per_chunk = max(max_chunk_scores // (num_heads * size * size), 1)
+        per_chunk = _seqs_per_chunk(size, num_heads, max_chunk_scores)
         for lo in range(0, len(members), per_chunk):
             ids_np = members[lo:lo + per_chunk]
             ids = torch.from_numpy(ids_np).to(device)

@@ -99,3 +99,13 @@ def test_non_finite_token_stays_in_its_sequence(generator, solo_from_9, poisoned
     assert torch.isfinite(out[others]).all()
     for grad in grads:
         assert torch.isfinite(grad[others]).all()
+
+
+def test_chunks_hold_at_most_max_chunk_rows(generator, monkeypatch):
+    """Many short sequences of one size are cut into chunks of <= MAX_CHUNK_ROWS rows."""
+    monkeypatch.setattr(planning, "MAX_CHUNK_ROWS", 64)
+    case = make_case(generator, [7] * 40 + [3] * 5, heads=2, dim=16)
+    chunks = _plan(case, None)
+    assert all(len(c.kept) * c.size <= 64 for c in chunks)
+    assert sorted(b for c in chunks for b in c.sequences) == list(range(45))
+    assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
