@@ -21,13 +21,16 @@ RUN pip install "torch==2.13.0" --index-url "${TORCH_INDEX}" \
     && pip install --no-deps -r /tmp/requirements.txt
 
 COPY pyproject.toml README.md ./
-COPY gem ./gem
 COPY kernels ./kernels
+COPY gem ./gem
 COPY students ./students
-COPY components ./components
-COPY pipelines ./pipelines
+COPY gem_app ./gem_app
 COPY benchmarks ./benchmarks
 COPY feature_repo ./feature_repo
-RUN pip install --no-deps -e .
+# PYTHONDONTWRITEBYTECODE keeps tasks from writing .pyc files, so the project's are
+# compiled here once (every task's start-up imports them); torchrun is the TrainJob's
+# node command (deploy/trainer/runtime.yaml)
+RUN pip install --no-deps -e . && python -m compileall -q gem gem_app students kernels feature_repo \
+    && torchrun --help > /dev/null
 
 ENTRYPOINT ["python", "-m", "gem"]

@@ -23,11 +23,14 @@ Example with B=2, histories of length 2 and 0, and one sequence key::
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-
-import torch
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+from typing import TYPE_CHECKING
 
 from gem.data.contract import SURFACES, TASKS
+
+if TYPE_CHECKING:  # torch and torchrec load with the first batch, not with FeatureSpec (the
+    # features build's planning and finalizing tasks read specs and never a tensor)
+    import torch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 
 @dataclass(kw_only=True)
@@ -68,6 +71,8 @@ class Batch:
 
     def sequence_offsets(self) -> torch.Tensor:
         """int64 (B+1,) offsets of each example's history in the sequence values."""
+        import torch  # the fbgemm op is registered: a KeyedJaggedTensor means torchrec is loaded
+
         lengths = self.sequence.lengths()[: self.batch_size]
         return torch.ops.fbgemm.asynchronous_complete_cumsum(lengths.long())
 
@@ -86,6 +91,9 @@ class Batch:
 def synthetic_batch(spec: FeatureSpec, batch_size: int, *, seed: int = 0,
                     mean_len: float = 8.0) -> Batch:
     """A random batch that honours the contract (for unit tests and FLOP counting)."""
+    import torch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
     gen = torch.Generator().manual_seed(seed)
     lengths = torch.poisson(torch.full((batch_size,), float(mean_len)), generator=gen).long()
     lengths = lengths.clamp(0, spec.max_seq_len)

@@ -5,6 +5,16 @@ those files with the repo directory as the working directory; ``load_definitions
 does the same without changing the working directory, so a build can apply the same
 objects to a private copy of the repo (``OUT/_work/feast``) and leave the project's
 registry alone.
+
+Store configuration by environment (``GEM_FEAST_ENV``): ``local`` (the default) is
+``feature_store.yaml`` (duckdb offline, sqlite online, everything in the repo folder);
+``cluster`` is ``feature_store.cluster.yaml`` (Redis online, Ray offline, the registry on
+the shared workspace volume), which the compiled pipelines select on every task. A
+repo copy made for an environment holds that environment's file as its
+``feature_store.yaml``; a private scratch copy (a features build's) stays local.
+
+Feast itself is imported only by the functions that use it: importing this module
+(e.g. through ``gem.features.build``) costs no ``import feast``.
 """
 
 from __future__ import annotations
@@ -12,17 +22,50 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import importlib
+import os
+import re
 import shutil
 import sys
 from pathlib import Path
 
-from feast import Entity, FeatureService, FeatureStore, FeatureView, FileSource
-from feast.data_source import DataSource
-
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REPO = PROJECT_ROOT / "feature_repo"
 STORE_YAML = "feature_store.yaml"
-DEFINITION_TYPES = (Entity, DataSource, FeatureView, FeatureService)
+ENV_VAR = "GEM_FEAST_ENV"
+LOCAL = "local"
+_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def definition_types() -> tuple:
+    from feast import Entity, FeatureService, FeatureView
+    from feast.data_source import DataSource
+
+    return Entity, DataSource, FeatureView, FeatureService
+
+
+def feast_env(env: str | None = None) -> str:
+    """The store environment: ``env``, else ``$GEM_FEAST_ENV``, else ``local``."""
+    return (env or os.environ.get(ENV_VAR) or LOCAL).strip()
+
+
+def store_yaml(repo: str | Path | None = None, env: str | None = None) -> Path:
+    """The repo's store configuration for an environment: ``feature_store.yaml`` for
+    ``local``, ``feature_store.<env>.yaml`` otherwise."""
+    repo, env = resolve_repo(repo), feast_env(env)
+    path = repo / (STORE_YAML if env == LOCAL else f"feature_store.{env}.yaml")
+    if not path.is_file():
+        known = sorted([LOCAL] + [p.name.split(".")[1] for p in repo.glob("feature_store.*.yaml")])
+        raise FileNotFoundError(f"{path}: no Feast store configuration for {ENV_VAR}={env!r}; "
+                                f"this repo has {', '.join(known)}")
+    return path
+
+
+def missing_variables(path: str | Path) -> list[str]:
+    """Environment variables the store file names (Feast substitutes ``${VAR}`` when it
+    reads it) that are unset here; comment lines are skipped."""
+    text = "\n".join(line.split("#", 1)[0] for line in Path(path).read_text().splitlines())
+    names = {a or b for a, b in _VARIABLE.findall(text)}
+    return sorted(n for n in names if n not in os.environ)
 
 
 def resolve_repo(repo: str | Path | None) -> Path:
@@ -54,26 +97,39 @@ def load_definitions(repo: str | Path | None = None) -> list:
     finally:
         sys.path.remove(str(repo))
     found: dict[tuple[str, str], object] = {}
+    kinds = definition_types()
     for module in modules:
         for attr in sorted(vars(module)):
             obj = getattr(module, attr)
-            if isinstance(obj, DEFINITION_TYPES):
+            if isinstance(obj, kinds):
                 found.setdefault((type(obj).__name__, obj.name), obj)
     return list(found.values())
 
 
-def copy_repo(repo: str | Path | None, target: Path) -> Path:
-    """A private repo directory: the source repo's feature_store.yaml (relative paths)
-    with its own data/, registry and online store."""
-    repo = resolve_repo(repo)
+def copy_repo(repo: str | Path | None, target: Path, env: str = LOCAL) -> Path:
+    """A private repo directory: the source repo's store configuration for ``env``
+    (relative paths) as its ``feature_store.yaml``, with its own data/, registry and
+    (local) online store."""
+    source = store_yaml(repo, env)
     target = Path(target)
     (target / "data").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(repo / STORE_YAML, target / STORE_YAML)
+    shutil.copyfile(source, target / STORE_YAML)
     return target
 
 
-def open_store(repo_dir: str | Path) -> FeatureStore:
-    return FeatureStore(repo_path=str(resolve_repo(repo_dir)))
+def open_store(repo_dir: str | Path, env: str | None = None):
+    """The repo's FeatureStore, on its own ``feature_store.yaml`` or, with ``env``, on that
+    environment's file. Refuses, naming them, while variables the file uses are unset."""
+    from feast import FeatureStore
+
+    repo = resolve_repo(repo_dir)
+    path = store_yaml(repo, env) if env else repo / STORE_YAML
+    missing = missing_variables(path)
+    if missing:
+        raise RuntimeError(f"{path} reads {', '.join(missing)} from the environment; set "
+                           f"{'it' if len(missing) == 1 else 'them'} (the compiled pipelines do, from the cluster "
+                           f"settings' feast_* fields)")
+    return FeatureStore(repo_path=str(repo), fs_yaml_file=path)
 
 
 def bind_sources(definitions: list, repo_dir: Path) -> list:
@@ -82,6 +138,8 @@ def bind_sources(definitions: list, repo_dir: Path) -> list:
     Feast's duckdb store reads a relative source path against the *working directory*
     (the ``feast`` CLI runs inside the repo); binding makes the registry independent
     of where Python runs."""
+    from feast import FeatureView, FileSource
+
     bound = copy.deepcopy(definitions)  # one memo: views keep pointing at the same sources
     for obj in bound:
         sources = [obj] if isinstance(obj, FileSource) else []
@@ -93,7 +151,7 @@ def bind_sources(definitions: list, repo_dir: Path) -> list:
     return bound
 
 
-def apply(repo_dir: str | Path, definitions_repo: str | Path | None = None) -> FeatureStore:
+def apply(repo_dir: str | Path, definitions_repo: str | Path | None = None):
     """Register the definitions of ``definitions_repo`` (default: ``repo_dir`` itself),
     with source paths bound to ``repo_dir``."""
     store = open_store(repo_dir)
@@ -101,9 +159,11 @@ def apply(repo_dir: str | Path, definitions_repo: str | Path | None = None) -> F
     return store
 
 
-def materializable_views(store: FeatureStore, repo_dir: Path) -> list[str]:
+def materializable_views(store, repo_dir: Path) -> list[str]:
     """Online feature views whose offline source file exists (other stages' views, e.g.
     teacher knowledge, appear once their stage has written its files)."""
+    from feast import FileSource
+
     names = []
     for view in store.list_feature_views():
         source = view.batch_source
@@ -115,7 +175,7 @@ def materializable_views(store: FeatureStore, repo_dir: Path) -> list[str]:
 
 
 def materialize(repo_dir: str | Path, end: dt.datetime, start: dt.datetime | None = None,
-                feature_views: list[str] | None = None) -> FeatureStore:
+                feature_views: list[str] | None = None):
     """Load the latest row per entity with event_timestamp in [start, end] into the online
     store (start defaults to the Unix epoch: everything up to ``end``); by default every
     materializable view."""

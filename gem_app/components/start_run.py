@@ -4,11 +4,12 @@ from gem_app.components.base import component
 
 
 @component
-def start_run(pipeline_run_id: str, tracking_root: str, workspace: str, data: str, params: dict
+def start_run(pipeline_run_id: str, kfp_run_id: str, tracking_root: str, workspace: str, data: str, params: dict
               ) -> NamedTuple("Started", ctx=str, tracking=str, data_digest=str, code_version=str, sim_config=str,
                              features_config=str, train_config=str, students_config=str):
     """Open the pipeline's parent MLflow run (local store: ``tracking_root``, by default the
-    workspace) and fingerprint the run's inputs. Returns the run context (JSON) for the
+    workspace; the run is named ``pipeline_run_id``, else KFP's job id ``kfp_run_id``)
+    and fingerprint the run's inputs. Returns the run context (JSON) for the
     uncached steps, the stable tracking root for the cached ones, and the content keys
     (data digest, code version, config digests) their cache keys are made of."""
     import os
@@ -19,8 +20,11 @@ def start_run(pipeline_run_id: str, tracking_root: str, workspace: str, data: st
 
     tracking = tracking_root or workspace
     keys = fingerprint(data, params)
-    kfp_run = os.environ.get(KFP_RUN_ID_ENV, "")
-    ctx = start_pipeline(RunContext(pipeline_run_id=pipeline_run_id or kfp_run, tracking_root=tracking),
+    kfp_run = os.environ.get(KFP_RUN_ID_ENV, "")  # the pod label cached tasks find the run by (cluster only)
+    run_id = pipeline_run_id or kfp_run_id or kfp_run
+    if not run_id or "{{" in run_id:
+        raise ValueError(f"no pipeline run id: run_id={pipeline_run_id!r}, KFP job id {kfp_run_id!r}")
+    ctx = start_pipeline(RunContext(pipeline_run_id=run_id, tracking_root=tracking),
                          params={**params, "data": data, "data_digest": keys["data"], "code_version": keys["code"]},
                          tags={KFP_RUN_TAG: kfp_run} if kfp_run else None)
     record_active_run(ctx)

@@ -16,7 +16,9 @@ from pathlib import Path
 
 GEM_YAML = "gem_pipeline.yaml"
 REFRESH_YAML = "refresh_pipeline.yaml"
-# KFP 2 runtime placeholders (the v1 `{{workflow.uid}}` is not resolved by the v2 backend)
+# KFP 2's run-id placeholder (dsl.PIPELINE_JOB_ID_PLACEHOLDER; the v1 `{{workflow.uid}}` is
+# not resolved by the v2 backend). KFP resolves it in task inputs only, so the pipelines
+# pass it to start_run as a task input and leave the run_id parameter empty by default.
 RUN_ID_PLACEHOLDER = "{{$.pipeline_job_uuid}}"
 
 
@@ -49,17 +51,30 @@ def compile_all(out: str | Path, *, image: str | None = None, mlflow_uri: str | 
 
 def recurring_run_params(workspace: str) -> dict:
     """Parameters of every scheduled refresh run: one workspace (its refresh state carries
-    over), each run's own id from KFP, new days under ``workspace/incoming``."""
-    return {"workspace": workspace, "run_id": RUN_ID_PLACEHOLDER, "data": f"{workspace}/incoming"}
+    over) and new days under ``workspace/incoming``. No run_id: each run takes its own
+    KFP job id (the placeholder start_run reads)."""
+    return {"workspace": workspace, "data": f"{workspace}/incoming"}
+
+
+def default_workspace(package: str | Path) -> str:
+    """The ``workspace`` parameter's default in a compiled pipeline (the compile option)."""
+    import yaml
+
+    spec = next(yaml.safe_load_all(Path(package).read_text()))
+    return spec["root"]["inputDefinitions"]["parameters"]["workspace"].get("defaultValue", "")
 
 
 def create_recurring_refresh(host: str, package: str | Path, *, cron: str = "0 0 3 * * *",
-                             experiment: str = "gem-refresh", workspace: str = "/workspace/gem/refresh",
+                             experiment: str = "gem-refresh", workspace: str = "",
                              job_name: str = "gem-refresh-daily", namespace: str | None = None) -> str:
     """Schedule the compiled refresh pipeline on a KFP cluster: one run at a time, no
-    catch-up burst after downtime (the refresh's own state handles missed days)."""
+    catch-up burst after downtime (the refresh's own state handles missed days). The
+    workspace defaults to the one the package was compiled with."""
     import kfp
 
+    workspace = workspace or default_workspace(package)
+    if not workspace:
+        raise ValueError(f"{package}: compiled without a default workspace; give one")
     client = kfp.Client(host=host, namespace=namespace)
     experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
     job = client.create_recurring_run(

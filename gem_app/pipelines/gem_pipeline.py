@@ -34,14 +34,15 @@ from gem_app.pipelines.settings import ClusterSettings, configure_task
 def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool = False):
     features_window = make_features_window(cluster)
     name = "refresh-pipeline" if refresh else "gem-pipeline"
-    # on a cluster: the workspace from the compile options, the run id from KFP
+    # on a cluster the workspace comes from the compile options; the run id is KFP's own job
+    # id unless one is given (KFP 2 resolves its placeholders in task inputs, not in
+    # pipeline parameters, so start_run takes it as a task input)
     default_workspace = cluster.workspace + ("/refresh" if refresh else "") if cluster else ""
-    default_run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER if cluster else ""
     distill_parallelism = cluster.distill_parallelism if cluster else 4
 
     @dsl.pipeline(name=name, description="Contract data to registered per-surface students"
                   + (", continuing the champion teacher on the newest days." if refresh else "."))
-    def gem_pipeline(workspace: str = default_workspace, run_id: str = default_run_id, tracking_root: str = "",
+    def gem_pipeline(workspace: str = default_workspace, run_id: str = "", tracking_root: str = "",
                      data: str = "", sim_preset: str = "small", features_preset: str = "pipeline",
                      train_preset: str = "pipeline", student_preset: str = "pipeline",
                      surfaces: list = [],  # noqa: B006 (compiled, never mutated)
@@ -50,7 +51,8 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
                      pretrain_launcher: str = cluster.pretrain_launcher if cluster else "local",
                      trainjob_namespace: str = ""):
         started = configure_task(start_run(
-            pipeline_run_id=run_id, tracking_root=tracking_root, workspace=workspace, data=data,
+            pipeline_run_id=run_id, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, tracking_root=tracking_root,
+            workspace=workspace, data=data,
             params={"sim_preset": sim_preset, "train_preset": train_preset, "student_preset": student_preset,
                     "features_preset": features_preset}), cluster)
         ctx, tracking, code = started.outputs["ctx"], started.outputs["tracking"], started.outputs["code_version"]

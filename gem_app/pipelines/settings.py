@@ -82,6 +82,9 @@ class ClusterSettings:
     workspace_mount: str = "/workspace"
     mlflow_uri: str = "http://mlflow.mlflow.svc.cluster.local:5000"
     feast_env: str = "cluster"  # feature_repo/feature_store.<env>.yaml (local: duckdb + sqlite)
+    feast_redis: str = "gem-feast-redis:6379"  # FEAST_REDIS_CONNECTION: the online store (deploy/feast/redis.yaml)
+    feast_redis_secret: str = ""  # or a Secret whose `connection_string` key holds it (with a password)
+    feast_ray_address: str = ""  # RAY_ADDRESS of the offline store's Ray cluster ("" = Ray inside each task)
     retries: int = 2
     caching: bool = True
     shard_parallelism: int = 4  # per features window (three windows build at once)
@@ -146,6 +149,13 @@ def configure_task(task, cluster: ClusterSettings | None):
     kubernetes.use_field_path_as_env(task, env_name=KFP_RUN_ID_ENV, field_path=KFP_RUN_ID_FIELD)
     task.set_env_variable("MLFLOW_TRACKING_URI", cluster.mlflow_uri)
     task.set_env_variable("GEM_FEAST_ENV", cluster.feast_env)
+    if cluster.feast_redis_secret:
+        kubernetes.use_secret_as_env(task, secret_name=cluster.feast_redis_secret,
+                                     secret_key_to_env={"connection_string": "FEAST_REDIS_CONNECTION"})
+    else:
+        task.set_env_variable("FEAST_REDIS_CONNECTION", cluster.feast_redis)
+    if cluster.feast_ray_address:
+        task.set_env_variable("RAY_ADDRESS", cluster.feast_ray_address)
     task.set_retry(num_retries=cluster.retries, backoff_duration="30s", backoff_factor=2.0)
     res = cluster.profile(name)
     if res.cpu:

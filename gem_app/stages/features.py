@@ -132,15 +132,18 @@ class FeastResult(StageResult):
 
 def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext) -> FeastResult:
     """Export the dataset's attribute and recent-behaviour sources into a copy of the
-    Feast repo, apply it, and materialize the online store up to ``end``."""
+    Feast repo (the store configuration of ``$GEM_FEAST_ENV``), apply it, and
+    materialize the online store up to ``end``."""
     import mlflow
 
     from gem.data.contract import parse_utc
-    from gem.features.feast_repo import apply, copy_repo, materialize, resolve_repo
+    from gem.features.feast_repo import apply, copy_repo, feast_env, materialize, resolve_repo
     from gem.features.feast_sources import export
 
+    env = feast_env()  # GEM_FEAST_ENV: cluster tasks get the shared stores (feature_repo/feature_store.cluster.yaml)
     with tracked(ctx, "feast", tags={tracking.TAG_FEATURE_VIEWS: "user_attributes,item_attributes,recent_behavior"}):
-        repo = copy_repo(None, Path(repo_dir))
+        repo = copy_repo(None, Path(repo_dir), env=env)
+        mlflow.log_param("feast_env", env)
         export(data, repo)
         apply(repo, definitions_repo=resolve_repo(None))
         store = materialize(repo, end=parse_utc(end))

@@ -81,11 +81,19 @@ def _launch(how, features: str, eval_features: str, out: str, preset: str, overr
         manifest = trainjob_manifest(f"gem-pretrain-{run_id[:12]}", os.environ.get("GEM_IMAGE", "gem:latest"),
                                      args, nodes=how.nodes, gpus_per_node=how.gpus, env=env)
         submit_trainjob(manifest)
-    client = mlflow.MlflowClient()
-    logged = client.get_run(run_id).data.metrics
-    history = client.get_metric_history(run_id, "train/loss")
-    return ({k: float(v) for k, v in logged.items() if k.startswith("eval/")},
-            history[-1].step if history else 0)
+    logged = mlflow.MlflowClient().get_run(run_id).data.metrics
+    return {k: float(v) for k, v in logged.items() if k.startswith("eval/")}, _steps_done(out)
+
+
+def _steps_done(out: str) -> int:
+    """Steps of a run trained elsewhere: the trainer's last checkpoint (written when it
+    finishes) is named by its step."""
+    from gem.training.checkpoint import Checkpointer
+
+    latest = Checkpointer(Path(out) / "checkpoints").latest()
+    if latest is None:
+        raise RuntimeError(f"{out}: the training run left no checkpoint; it did not finish")
+    return int(latest.name.removeprefix("step_"))
 
 
 def _registered_version(name: str, run_id: str):
@@ -95,6 +103,23 @@ def _registered_version(name: str, run_id: str):
 
     versions = MlflowClient().search_model_versions(f"name='{name}' and run_id='{run_id}'")
     return versions[0] if versions else None
+
+
+def _logged_model_uri(run_id: str) -> str:
+    """The newest model the run logged (``models:/<id>``): a TrainJob restarted after it
+    had finished logs the same weights once more, and ``runs:/<id>/model`` is then
+    ambiguous to MLflow."""
+    import mlflow
+
+    run = mlflow.MlflowClient().get_run(run_id)
+    models = mlflow.search_logged_models(
+        experiment_ids=[run.info.experiment_id], output_format="list",
+        filter_string=f"source_run_id = '{run_id}' AND name = 'model'",
+        order_by=[{"field_name": "creation_time", "ascending": False}])
+    models = [m for m in models if str(m.status) == "READY"]  # the filter has no status
+    if not models:
+        raise RuntimeError(f"training run {run_id} finished without logging its model (log_model=false?)")
+    return f"models:/{models[0].model_id}"
 
 
 def train(features: str, eval_features: str, out: str, preset: str, ctx: RunContext,
@@ -126,7 +151,7 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
     metrics, steps = _launch(Launcher.parse(launcher), features, eval_features, out, preset, all_overrides,
                              init_from, run_id)
     version = _registered_version(registry.TEACHER_MODEL, run_id) or mlflow.register_model(
-        f"runs:/{run_id}/model", registry.TEACHER_MODEL,
+        _logged_model_uri(run_id), registry.TEACHER_MODEL,
         tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
               tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, registry.FEATURES_DIR_TAG: str(Path(features).resolve())})
     fault_point("train:registered")

@@ -17,7 +17,14 @@ from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from gem_app.launch import OPTIONS_ENV, train_args, trainjob_manifest, validate_trainjob
-from gem_app.pipelines.compile import GEM_YAML, REFRESH_YAML, RUN_ID_PLACEHOLDER, compile_all, recurring_run_params
+from gem_app.pipelines.compile import (
+    GEM_YAML,
+    REFRESH_YAML,
+    RUN_ID_PLACEHOLDER,
+    compile_all,
+    default_workspace,
+    recurring_run_params,
+)
 from gem_app.pipelines.settings import ClusterSettings, load_cluster_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,11 +60,18 @@ def test_both_pipelines_load_with_the_kfp_client(compiled):
         json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
         json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())
         inputs = spec["root"]["inputDefinitions"]["parameters"]
-        assert inputs["run_id"]["defaultValue"] == RUN_ID_PLACEHOLDER  # the KFP run's own id
-        assert inputs["workspace"]["defaultValue"].startswith("/workspace/gem")
+        # the run id: KFP's job id, resolved by KFP in a task input (not in pipeline parameters)
+        assert inputs["run_id"].get("defaultValue", "") == ""
+        start = spec["root"]["dag"]["tasks"]["start-run"]["inputs"]["parameters"]
+        assert start["kfp_run_id"]["runtimeValue"]["constant"] == RUN_ID_PLACEHOLDER
+        assert start["pipeline_run_id"]["componentInputParameter"] == "run_id"
+        assert inputs["workspace"]["defaultValue"] == default_workspace(path)
+        assert default_workspace(path) == ("/workspace/gem/refresh" if "refresh" in path.name else "/workspace/gem")
         assert loaded.name in ("gem-pipeline", "refresh-pipeline")
     assert "resolve-champion" in paths[1].read_text() and "resolve-champion" not in paths[0].read_text()
-    assert recurring_run_params("/workspace/gem/refresh")["run_id"] == RUN_ID_PLACEHOLDER
+    scheduled = recurring_run_params(default_workspace(paths[1]))
+    assert scheduled == {"workspace": "/workspace/gem/refresh", "data": "/workspace/gem/refresh/incoming"}
+    assert "{{workflow.uid}}" not in paths[0].read_text() + paths[1].read_text()  # KFP v1's placeholder
 
 
 def test_resources_placement_and_artifacts_per_stage(compiled):
@@ -81,6 +95,8 @@ def test_resources_placement_and_artifacts_per_stage(compiled):
             assert plat["fieldPathAsEnv"] == [{"name": "GEM_KFP_RUN_ID",
                                                "fieldPath": "metadata.labels['pipeline/runid']"}]
             assert {"name": "MLFLOW_TRACKING_URI", "value": "http://mlflow.test:5000"} in container["env"]
+            env = {e["name"]: e["value"] for e in container["env"]}  # the shared Feast stores
+            assert (env["GEM_FEAST_ENV"], env["FEAST_REDIS_CONNECTION"]) == ("cluster", cluster.feast_redis)
         assert executors["exec-features-shard"]["container"]["resources"]["resourceCpuLimit"] == "1"
         assert executors["exec-train"]["container"]["resources"]["resourceCpuRequest"] == cluster.resources.launch.cpu
         outputs = {n: c.get("outputDefinitions", {}).get("artifacts", {}) for n, c in spec["components"].items()}
@@ -100,6 +116,19 @@ def test_in_task_pretraining_holds_the_gpu(tmp_path):
     train = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-train"]
     assert train["nodeSelector"]["labels"] == {"accelerator": "h100"}
     assert spec["root"]["inputDefinitions"]["parameters"]["pretrain_launcher"]["defaultValue"] == "local"
+
+
+def test_a_redis_password_comes_from_a_secret_and_ray_from_its_address(tmp_path):
+    cluster = load_cluster_settings(overrides=["feast_redis_secret=gem-feast-redis",
+                                               "feast_ray_address=ray://gem-ray-head:10001"])
+    compile_all(tmp_path, cluster=cluster)
+    spec, platform = yaml.safe_load_all((tmp_path / GEM_YAML).read_text())
+    for label, executor in spec["deploymentSpec"]["executors"].items():
+        env = {e["name"]: e["value"] for e in executor["container"]["env"]}
+        assert "FEAST_REDIS_CONNECTION" not in env and env["RAY_ADDRESS"] == "ray://gem-ray-head:10001"
+        secret = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"][label]["secretAsEnv"]
+        assert secret[0]["secretName"] == "gem-feast-redis"
+        assert secret[0]["keyToEnv"] == [{"secretKey": "connection_string", "envVar": "FEAST_REDIS_CONNECTION"}]
 
 
 def test_the_trainjob_of_the_compiled_pipeline_validates_against_the_trainer_api(compiled, monkeypatch):

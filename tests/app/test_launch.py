@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlflow
 import pytest
+import yaml
 
 from gem.config import load_config
 from gem.data.simulate import SimulatorConfig, simulate
 from gem.features.build import build_features
 from gem.features.config import FeaturesConfig
 from gem.registry import TEACHER_MODEL
-from gem_app.launch import Launcher, train_args, trainjob_manifest
+from gem_app.launch import Launcher, train_args, trainjob_manifest, validate_trainjob
 from gem_app.stages.context import RunContext, start_pipeline
 from gem_app.stages.train import train
 
+ROOT = Path(__file__).resolve().parents[2]
 
 def test_launcher_strings():
     assert Launcher.parse("local").kind == "local"
@@ -24,16 +28,28 @@ def test_launcher_strings():
         Launcher.parse("slurm:3")
 
 
-def test_trainjob_manifest_runs_gem_train_under_the_torch_runtime():
+def test_trainjob_manifest_runs_torchrun_on_the_shipped_torch_runtime():
+    """The TrainJob names the runtime deploy/trainer/runtime.yaml ships (Trainer's torch
+    runtime plus the JobSet restart policy an elastic restart needs), runs torchrun (the
+    torch plugin's PET_* variables are torchrun's options) and validates against the
+    Trainer v2.1 API models."""
+    runtime = yaml.safe_load((ROOT / "deploy" / "trainer" / "runtime.yaml").read_text())
     args = train_args("/workspace/f", "/workspace/h", "/workspace/t", "base", ["epochs=2"], "models:/gem_teacher/3")
-    job = trainjob_manifest("gem-pretrain-x", "registry/gem:1", args, nodes=2, gpus_per_node=8,
+    job = trainjob_manifest("gem-pretrain-x", "registry/gem:1", args, nodes=2, gpus_per_node=8, namespace="team-a",
                             env={"MLFLOW_RUN_ID": "abc"})
-    assert job["kind"] == "TrainJob" and job["spec"]["runtimeRef"]["name"] == "torch-distributed"
+    assert validate_trainjob(job) == job
+    ref = job["spec"]["runtimeRef"]
+    assert (ref["kind"], ref["name"]) == (runtime["kind"], runtime["metadata"]["name"]) == (
+        "TrainingRuntime", "gem-torch-distributed")
+    assert runtime["spec"]["mlPolicy"]["torch"] is not None  # the torch plugin injects PET_*
+    assert runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] >= 1
     trainer = job["spec"]["trainer"]
-    assert trainer["command"][:4] == ["python", "-m", "gem", "train"] and "--resume" in trainer["command"]
+    assert trainer["command"][:4] == ["torchrun", "-m", "gem", "train"] and "--resume" in trainer["command"]
     assert trainer["command"][trainer["command"].index("--init-from") + 1] == "models:/gem_teacher/3"
-    assert trainer["numNodes"] == 2 and trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "8"
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (2, 8)
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "8"
     assert {"name": "MLFLOW_RUN_ID", "value": "abc"} in trainer["env"]
+    assert job["metadata"]["namespace"] == "team-a"
 
 
 def test_train_stage_under_torchrun_registers_the_teacher(tmp_path):
