@@ -12,6 +12,11 @@
    t - 1 us. Time and bytes are measured on the subsample and scaled by its share of
    events (linear scaling flatters the plain way: its work per event grows with N).
 4. Loader throughput (examples/s into KJT batches of 1,024) with 0 and 2 workers.
+5. Long span (``long_span``; alone: ``--long-span``, merged into the existing JSON): a
+   3-year simulated log with few events per day (LONG_SPAN: ~320k events, ~290 a day),
+   built with the shard width chosen from the data (days_per_shard 0) and with the old
+   fixed width of one day, in the same run: shards, seconds per phase, events/s, staged
+   rows read by the shards, and their ratios.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from benchmarks.results import print_table, work_dir, write_result
 CACHE = work_dir("bench-data")
 MAX_SEQ_LEN = 1024
 SUBSAMPLE_BUCKETS = 200  # the plain way runs on users with user_bucket % 200 == 0 (0.5%)
+# 3 years, ~0.8 events per user a day: a sparse log whose days far outnumber its shards' worth of events
+LONG_SPAN = {"users": 400, "items": 3000, "days": 1095, "activity_log_mean": -1.0, "topics": 16,
+             "advertisers": 100, "seed": 1}
 
 
 class TreeRssSampler:
@@ -67,15 +75,18 @@ class TreeRssSampler:
         self._thread.join()
 
 
-def dataset(preset: str) -> Path:
+def dataset(preset: str, overrides: dict | None = None) -> Path:
     from gem.config import load_config
     from gem.data.contract import MANIFEST
     from gem.data.simulate import SimulatorConfig, simulate
+    from gem.utils.digest import value_digest
 
-    out = CACHE / f"sim-{preset}"
+    out = CACHE / (f"sim-{preset}" if overrides is None else f"sim-{preset}-{value_digest(overrides)[:8]}")
     if not (out / MANIFEST).is_file():
         shutil.rmtree(out, ignore_errors=True)
-        simulate(load_config(SimulatorConfig, section="simulator", preset=preset), out, progress=False)
+        cfg = load_config(SimulatorConfig, section="simulator", preset=preset,
+                          overrides=[f"{k}={v}" for k, v in (overrides or {}).items()])
+        simulate(cfg, out, progress=False)
     return out
 
 
@@ -91,6 +102,106 @@ def run_ours(data: Path, out: Path, days_per_shard: int = 1) -> dict:
         manifest = build_features(data, out, cfg)
         seconds = time.perf_counter() - start
     return {"manifest": manifest, "seconds": seconds, "peak_rss_bytes": rss.peak}
+
+
+def run_phases(data: Path, out: Path, days_per_shard: int) -> dict:
+    """build_features' three steps, each timed (default preset, max_seq_len 1,024)."""
+    from gem.config import load_config
+    from gem.features.build import _workers, finalize_build, prepare_build
+    from gem.features.config import FeaturesConfig
+    from gem.features.jobs import shard_job
+    from gem.features.shards import list_shards
+    from gem.utils.pool import process_pool
+
+    cfg = load_config(FeaturesConfig, section="features", preset="default",
+                      overrides=[f"max_seq_len={MAX_SEQ_LEN}", f"days_per_shard={days_per_shard}"])
+    with TreeRssSampler() as rss:
+        start = time.perf_counter()
+        plan = prepare_build(data, out, cfg)
+        prepared = time.perf_counter()
+        keys = list_shards(plan)
+        with process_pool(_workers(cfg, len(keys))) as pool:
+            list(pool.map(shard_job, [(plan, k) for k in keys]))
+        built = time.perf_counter()
+        manifest = finalize_build(plan, cfg)
+        end = time.perf_counter()
+    events = manifest["counts"]["history_events_stored"]
+    loader = loader_seconds(out, seconds=60)
+    return {"shards": len(keys), "periods": len(plan.example_days),
+            "days_per_period": sorted(set(plan.period_days)),
+            "build_seconds": round(end - start, 1), "prepare_seconds": round(prepared - start, 1),
+            "shard_seconds": round(built - prepared, 1), "finalize_seconds": round(end - built, 1),
+            "shard_ms_each": round(1000 * (built - prepared) / max(len(keys), 1), 1),
+            "examples": manifest["counts"]["examples"], "history_events_stored": events,
+            "staged_rows_read_by_shards": manifest["counts"]["staged_rows_read_by_shards"],
+            "bytes_per_example": round(manifest["bytes"]["per_example"], 2),
+            "peak_rss_gb": round(rss.peak / 2**30, 3), "digest": manifest["digest"],
+            "loader_examples_per_s_time_order": loader}
+
+
+def loader_seconds(features: Path, seconds: float) -> int:
+    """Examples/s of the trainer's reading (time order, batches of 1,024, in-process), at
+    most ``seconds`` of it: a one-day shard reads the segments of every earlier day."""
+    from gem.features.loader import FeatureLoader
+
+    seen, start = 0, time.perf_counter()
+    for batch in FeatureLoader(features, batch_size=1024, seed=0, shard_order="time"):
+        seen += batch.batch_size
+        if time.perf_counter() - start > seconds:
+            break
+    return round(seen / (time.perf_counter() - start))
+
+
+def long_span(tmp: Path) -> dict:
+    """Section 5: the chosen width and the old one-day width on the same 3-year log."""
+    from gem.data.contract import Manifest
+    from gem.features.staging import day_events
+
+    data = dataset("tiny", LONG_SPAN)
+    manifest = Manifest.read(data)
+    events = sum(day_events(data, [d.isoformat() for d in manifest.days()]).values())
+    load_start = os.getloadavg()[0]
+    runs = {}
+    for name, width in (("auto", 0), ("one_day", 1)):
+        runs[name] = run_phases(data, tmp / f"long-{name}", width)
+        runs[name]["events_per_s"] = round(events / runs[name]["build_seconds"])
+        shutil.rmtree(tmp / f"long-{name}", ignore_errors=True)
+    auto, daily = runs["auto"], runs["one_day"]
+    return {
+        "auto": auto, "one_day": daily,
+        "ratios_one_day_over_auto": {
+            "shards": round(daily["shards"] / auto["shards"], 1),
+            "build_seconds": round(daily["build_seconds"] / auto["build_seconds"], 2),
+            "shard_seconds": round(daily["shard_seconds"] / max(auto["shard_seconds"], 0.1), 1),
+            "staged_rows_read_by_shards": round(daily["staged_rows_read_by_shards"]
+                                                / auto["staged_rows_read_by_shards"], 3),
+            "bytes_per_example": round(daily["bytes_per_example"] / auto["bytes_per_example"], 1),
+            "loader_examples_per_s": round(daily["loader_examples_per_s_time_order"]
+                                           / max(auto["loader_examples_per_s_time_order"], 1), 3)},
+        "same_examples": auto["examples"] == daily["examples"],
+        "sizes": {"simulator": {"preset": "tiny", **LONG_SPAN}, "events": events, "days": len(manifest.days()),
+                  "events_per_day": round(events / len(manifest.days()), 1), "features_preset": "default",
+                  "max_seq_len": MAX_SEQ_LEN, "num_buckets": 8, "shard_events": 100_000},
+        "load_average_1m": {"start": round(load_start, 2), "end": round(os.getloadavg()[0], 2),
+                            "note": "2-core machine shared with other jobs; >2 means contention"},
+        "note": "prepare_seconds (validation, profile, vocabularies, staging, the bucket index) read the "
+                "log's 1,095 day files a few times each whatever the width; shard_seconds follow the shards",
+    }
+
+
+def merge_long_span(section: dict) -> Path:
+    """``--long-span`` alone: the section replaces ``long_span`` in the existing features.json."""
+    import json
+
+    from benchmarks.results import machine_info, results_dir
+    from gem.utils.atomic import write_json
+
+    path = results_dir() / "features.json"
+    payload = json.loads(path.read_text()) if path.is_file() else {}
+    payload["long_span"] = {**section, "machine": machine_info(),
+                            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    write_json(payload, path)
+    return path
 
 
 def bytes_by_file(features: Path, examples: int) -> dict[str, float]:
@@ -218,7 +329,20 @@ def loader_throughput(features: Path, num_workers: int, max_batches: int = 400) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the `small` simulator preset (smoke run)")
+    parser.add_argument("--long-span", action="store_true",
+                        help="only section 5 (3-year log), merged into the existing features.json")
     args = parser.parse_args(argv)
+    if args.long_span:
+        tmp = Path(tempfile.mkdtemp(prefix="features-bench-long-"))
+        try:
+            section = long_span(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print_table("features: 3-year log, width chosen from the data vs one day per shard",
+                    [(f"{run}.{k}", v) for run in ("auto", "one_day") for k, v in section[run].items()
+                     if not isinstance(v, list)] + list(section["ratios_one_day_over_auto"].items()))
+        print(f"wrote {merge_long_span(section)}")
+        return 0
     preset = "small" if args.quick else "large"
     data = dataset(preset)
     tmp = Path(tempfile.mkdtemp(prefix="features-bench-"))
@@ -232,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         plain = run_plain(data, tmp / "plain")
         loader_0 = loader_throughput(tmp / "features", 0)
         loader_2 = loader_throughput(tmp / "features", 2)
+        shutil.rmtree(tmp / "features", ignore_errors=True)
+        long = long_span(tmp) if not args.quick else None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     load_end = os.getloadavg()[0]
@@ -269,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             "bytes_ratio_vs_materialized": round(weekly["manifest"]["bytes"]["per_example"]
                                                  / manifest["bytes"]["materialized_per_example"], 5),
         },
+        **({"long_span": long} if long else {}),
         "load_average_1m": {"start": round(load_start, 2), "end": round(load_end, 2),
                             "note": "2-core machine shared with other jobs; >2 means contention"},
         "goals": {"build_under_300s": ours["seconds"] < 300, "peak_rss_under_8gb": ours["peak_rss_bytes"] < 8 * 2**30,

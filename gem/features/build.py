@@ -190,8 +190,9 @@ def _manifest(plan, cfg, spec, keys, stats, window) -> dict:
     shards = []
     for key, s in zip(keys, stats):
         directory = plan.shards_dir / key.name
-        shards.append({"name": key.name, "bucket": key.bucket, "day": key.day, "days": len(s["examples_by_day"]),
-                       "examples": s["examples"], "examples_by_day": s["examples_by_day"],
+        by_day = s.get("examples_by_day", [s["examples"]])  # a shard kept from an older build: one slice
+        shards.append({"name": key.name, "bucket": key.bucket, "day": key.day, "days": len(by_day),
+                       "examples": s["examples"], "examples_by_day": by_day,
                        "history_events": s["history_events_stored"], "bytes": dir_bytes(directory),
                        "sha256": dir_digest(directory)})
     examples = sum(s["examples"] for s in shards)
@@ -215,7 +216,7 @@ def _manifest(plan, cfg, spec, keys, stats, window) -> dict:
         "counts": {"examples": examples, "shards": len(shards),
                    "history_events_stored": sum(s["history_events"] for s in shards),
                    "sequence_elements": seq_elements,
-                   "staged_rows_read_by_shards": sum(s["staged_rows_read"] for s in stats)},
+                   "staged_rows_read_by_shards": sum(s.get("staged_rows_read", 0) for s in stats)},
         # the shard width as configured (0: chosen from the events per day) and as chosen
         "periods": {"days_per_shard": plan.days_per_shard, "shard_events": plan.shard_events,
                     "first_days": list(plan.example_days), "days": list(plan.period_days)},

@@ -25,7 +25,14 @@ import pyarrow as pa
 
 from gem.features.jagged import run_starts
 from gem.features.plan import BuildPlan
-from gem.features.staging import STAGED_COLUMNS, concat_columns, empty_staged, read_part, sort_by_user
+from gem.features.staging import (
+    STAGED_COLUMNS,
+    concat_columns,
+    empty_staged,
+    read_part,
+    read_tables,
+    sort_by_user,
+)
 from gem.features.storage import read_parquet, write_parquet_atomic
 
 INDEX_COLUMNS = ["user_id", "event_time", "event_id", "example", "is_ad", "click", "item", "click_known", "hidden"]
@@ -100,11 +107,14 @@ def index_bucket(plan: BuildPlan, bucket: int) -> int:
         write_parquet_atomic(pa.table({"event_id": h["event_id"][seg], **{k: v[seg] for k, v in per_row.items()}}),
                              plan.index_file(bucket, p))
     base_ids = h["event_id"][stored[plan.part_of(h["event_time"][stored]) < 0]]
-    base = read_part(plan, bucket, -1, STAGED_COLUMNS)
-    read = n + (len(base["user_id"]) if base else 0)
+    kept, read = [], n
+    for path in sorted(plan.part_dir(bucket, -1).glob("group=*.parquet")):  # one staged file at a time
+        table = read_parquet(path, STAGED_COLUMNS)
+        read += table.num_rows
+        kept.append(table.filter(pa.array(np.isin(table.column("event_id").to_numpy(), base_ids))))
+    base = read_tables(kept)
     base = sort_by_user(base) if base else empty_staged(STAGED_COLUMNS)
-    keep = np.isin(base["event_id"], base_ids)
-    write_parquet_atomic(pa.table({k: v[keep] for k, v in base.items()}), plan.base_file(bucket))
+    write_parquet_atomic(pa.table(base), plan.base_file(bucket))
     return read
 
 

@@ -403,6 +403,8 @@ class FeatureLoader:
             n = int(self._counts[shard] if day < 0 else self._by_day[shard][day])
             if skip >= n:  # consumed before a resume (or empty): not even read
                 skip -= n
+                if last_use[shard] == i:
+                    open_shards.pop(shard, None)
                 continue
             if shard not in open_shards:
                 chain = self._chains[self.shard_names[shard]]

@@ -7,7 +7,7 @@ user's events in the segments of its bucket up to its own period. Each stored ev
 in exactly one segment. Layout of ``OUT/shards/b003-2026-01-05/``:
 
 - ``history.parquet``, one row per event of the segment, ordered by (user_id,
-  event_time, event_id): ``item`` (dense id), ``code`` (event_type + 5 surface +
+  event_time, event_id): ``item`` (dense id), ``code`` (event_type +
   5 is_ad + 10 click + 20 hidden + 40 surface, int16; the staged codes, 0 = unknown;
   hidden = a row with role "example", stored for its own example, never in a history),
   ``gap_s`` (whole seconds since the

@@ -1,4 +1,5 @@
-"""One shard = the examples of one (user bucket, UTC day) plus the day's history *segment*.
+"""One shard = the examples of one (user bucket, period of UTC days) plus the period's
+history *segment* (the periods: plan.shard_periods).
 
 What is stored: every user with an example in the window keeps one run of consecutive
 events, from ``max_seq_len`` events before the history end of their first example up
@@ -6,7 +7,7 @@ to their last example (the example events included: an example reads its item,
 surface, click and event second from its own event). Each stored event goes to the
 segment of the shard whose period holds its time; the window's first shard also takes
 the stored events from before the window (the *base*). So an event is stored once in
-the whole window, however many days of examples refer to it. Files: segments.py.
+the whole window, however many periods of examples refer to it. Files: segments.py.
 
 An example's sequence is the last ``max_seq_len`` events before its own event (events
 at the same microsecond excluded, see docs) in the user's run, i.e. in the user's rows
