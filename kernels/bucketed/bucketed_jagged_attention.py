@@ -34,6 +34,8 @@ from kernels.bucketed.planning import Chunk, plan_chunks
 
 Tensor = torch.Tensor
 FUSED_SOFTMAX = True  # False forces the bmm path everywhere (for comparisons)
+# Query rows per block of causal scores in the bmm path (see _Problem.query_blocks).
+CAUSAL_QUERY_BLOCK = 128
 _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
@@ -183,26 +185,47 @@ class _Problem:
             index = relative_position_index(history, size, bias_radius(self.bias))
         return _ChunkMasks(fill, norm, index)
 
-    def scores(self, q_g: Tensor, k_g: Tensor, masks: _ChunkMasks, heads: slice) -> Tensor:
-        """S (h, n, Lp, Lp) for the head group: q_g (h, n, Lp, D) already scaled."""
-        h, n, size, dim = q_g.shape
-        s = torch.bmm(q_g.view(-1, size, dim), k_g.view(-1, size, dim).transpose(1, 2))
-        s = s.view(h, n, size, size)
+    def query_blocks(self, chunk: Chunk) -> list[tuple[slice, slice]]:
+        """(query rows, key columns) blocks covering the chunk's scores.
+
+        Causal attention (without contextual tokens, which see later keys) splits the
+        queries into blocks of CAUSAL_QUERY_BLOCK rows that read only the keys up to their
+        last row: ~half the score work of the full square on long sequences.
+        """
+        size, step = chunk.size, CAUSAL_QUERY_BLOCK
+        if not self.causal or self.spec.contextual_len > 0 or size < 2 * step:
+            return [(slice(0, size), slice(0, size))]
+        return [(slice(r, min(r + step, size)), slice(0, min(r + step, size)))
+                for r in range(0, size, step)]
+
+    def scores(self, q_g: Tensor, k_g: Tensor, masks: _ChunkMasks, heads: slice,
+               rows: slice, keys: slice) -> Tensor:
+        """S (h, n, rows, keys) for the head group: q_g (h, n, rows, D) already scaled."""
+        s = torch.matmul(q_g, k_g.transpose(-1, -2))
         if masks.bias_index is not None:
-            s += self.bias[heads][:, masks.bias_index]
+            s += self.bias[heads][:, masks.bias_index[:, rows, keys]]
         if masks.softmax_fill is not None:
-            s.masked_fill_(masks.softmax_fill, float("-inf"))
+            s.masked_fill_(masks.softmax_fill[:, rows, keys], float("-inf"))
         return s
 
-    def dropout_scale(self, chunk: Chunk, heads: slice) -> Tensor | None:
-        """(h, n, Lp, Lp) keep / (1 - p) for the head group, or None without dropout."""
+    def dropout_scale(self, chunk: Chunk, heads: slice, rows: slice,
+                      keys: slice) -> Tensor | None:
+        """(h, n, rows, keys) keep / (1 - p) for the head group, or None without dropout."""
         p = self.spec.dropout_p
         if p == 0.0:
             return None
         tokens = chunk.gather.view(-1, chunk.size)
         head_ids = torch.arange(heads.start, heads.stop, device=tokens.device)
-        keep = dropout_keep(self.spec.dropout_seed, p, head_ids, tokens, tokens)
+        keep = dropout_keep(self.spec.dropout_seed, p, head_ids, tokens[:, rows], tokens[:, keys])
         return keep.to(self.dtype).mul_(1.0 / (1.0 - p))
+
+
+def _accumulate(dest: Tensor, a: Tensor, b: Tensor, num_blocks: int) -> None:
+    """dest (h, n, r, d) = a @ b with one query block, else += (a view of a chunk buffer)."""
+    if num_blocks == 1:
+        dest.copy_(torch.matmul(a, b))
+    else:
+        dest.add_(torch.matmul(a, b))
 
 
 def _scatter(dest: Tensor, chunk: Chunk, values: Tensor) -> None:
@@ -291,21 +314,20 @@ def bucketed_forward(q: Tensor, k: Tensor, v: Tensor, offsets: Tensor,
     form = spec.form
     out = pb.new_output(v)
     for chunk in pb.chunks:
-        size = chunk.size
         q_c, k_c, v_c = pb.gather(q, chunk, pb.scale), pb.gather(k, chunk), pb.gather(v, chunk)
         masks = pb.masks(chunk)
         o_c = torch.empty_like(v_c)
         for heads in _head_groups(pb.num_heads, chunk):
-            s = pb.scores(q_c[heads], k_c[heads], masks, heads)
-            if form == "softmax":
-                weights = torch.softmax(s, dim=-1)
-            else:
-                weights = pb.activation.fn(s).mul_(masks.gdpa_norm)
-            drop = pb.dropout_scale(chunk, heads)
-            if drop is not None:
-                weights = weights * drop
-            torch.bmm(weights.view(-1, size, size), v_c[heads].view(-1, size, v.shape[2]),
-                      out=o_c[heads].view(-1, size, v.shape[2]))
+            for rows, keys in pb.query_blocks(chunk):
+                s = pb.scores(q_c[heads, :, rows], k_c[heads, :, keys], masks, heads, rows, keys)
+                if form == "softmax":
+                    weights = torch.softmax(s, dim=-1)
+                else:
+                    weights = pb.activation.fn(s).mul_(masks.gdpa_norm[:, rows, keys])
+                drop = pb.dropout_scale(chunk, heads, rows, keys)
+                if drop is not None:
+                    weights = weights * drop
+                o_c[heads, :, rows] = torch.matmul(weights, v_c[heads, :, keys])
         _scatter(out, chunk, o_c)
     return _finish(out, pb.num_tokens, q.dtype), q.new_zeros(0, dtype=torch.float32)
 
@@ -325,36 +347,40 @@ def bucketed_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, offsets
     dq, dk, dv = pb.new_output(q), pb.new_output(k), pb.new_output(v)
     dbias = None if pb.bias is None else torch.zeros_like(pb.bias)
     for chunk in pb.chunks:
-        size = chunk.size
         q_c, k_c = pb.gather(q, chunk, pb.scale), pb.gather(k, chunk)
         v_c, do_c = pb.gather(v, chunk), pb.gather(grad_out, chunk)
         masks = pb.masks(chunk)
-        dq_c, dk_c, dv_c = torch.empty_like(q_c), torch.empty_like(k_c), torch.empty_like(v_c)
+        blocks = pb.query_blocks(chunk)
+        # Key gradients sum over query blocks; with one block each is written once.
+        new = torch.empty_like if len(blocks) == 1 else torch.zeros_like
+        dq_c, dk_c, dv_c = torch.empty_like(q_c), new(k_c), new(v_c)
         for heads in _head_groups(pb.num_heads, chunk):
-            bmm_shape = lambda x, heads=heads, size=size: x[heads].view(-1, size, x.shape[-1])  # noqa: E731
-            s = pb.scores(q_c[heads], k_c[heads], masks, heads)
-            d_weights = torch.bmm(bmm_shape(do_c), bmm_shape(v_c).transpose(1, 2))
-            drop = pb.dropout_scale(chunk, heads)
-            if drop is not None:
-                d_weights.mul_(drop.view_as(d_weights))
-            if form == "softmax":
-                weights = torch.softmax(s, dim=-1).view(-1, size, size)
-                ds = torch._softmax_backward_data(d_weights, weights, -1, weights.dtype)
-            else:
-                weights = pb.activation.fn(s).mul_(masks.gdpa_norm).view(-1, size, size)
-                d_weights = d_weights.view_as(s).mul_(masks.gdpa_norm)
-                ds = pb.activation.grad(d_weights, s).view(-1, size, size)
-            if drop is not None:
-                weights = weights * drop.view_as(weights)
-            torch.bmm(weights.transpose(1, 2), bmm_shape(do_c), out=bmm_shape(dv_c))
-            torch.bmm(ds, bmm_shape(k_c), out=bmm_shape(dq_c))
-            torch.bmm(ds.transpose(1, 2), bmm_shape(q_c), out=bmm_shape(dk_c))
-            if dbias is not None:
-                ds_h = ds.view(heads.stop - heads.start, -1, size * size)
-                if masks.bias_index.shape[0] == 1:  # no targets: one index for the whole chunk
-                    ds_h = ds_h.sum(dim=1)
-                dbias[heads].index_add_(1, masks.bias_index.reshape(-1),
-                                        ds_h.reshape(ds_h.shape[0], -1))
+            for rows, keys in blocks:
+                s = pb.scores(q_c[heads, :, rows], k_c[heads, :, keys], masks, heads, rows, keys)
+                do_b = do_c[heads, :, rows]
+                d_weights = torch.matmul(do_b, v_c[heads, :, keys].transpose(-1, -2))
+                drop = pb.dropout_scale(chunk, heads, rows, keys)
+                if drop is not None:
+                    d_weights.mul_(drop)
+                if form == "softmax":
+                    weights = torch.softmax(s, dim=-1)
+                    ds = torch._softmax_backward_data(d_weights, weights, -1, weights.dtype)
+                else:
+                    norm = masks.gdpa_norm[:, rows, keys]
+                    weights = pb.activation.fn(s).mul_(norm)
+                    ds = pb.activation.grad(d_weights.mul_(norm), s)
+                if drop is not None:
+                    weights = weights * drop
+                _accumulate(dv_c[heads, :, keys], weights.transpose(-1, -2), do_b, len(blocks))
+                dq_c[heads, :, rows] = torch.matmul(ds, k_c[heads, :, keys])
+                _accumulate(dk_c[heads, :, keys], ds.transpose(-1, -2), q_c[heads, :, rows],
+                            len(blocks))
+                if dbias is not None:
+                    index = masks.bias_index[:, rows, keys]
+                    ds_h = ds.reshape(heads.stop - heads.start, ds.shape[1], -1)
+                    if index.shape[0] == 1:  # no targets: one index for the whole chunk
+                        ds_h = ds_h.sum(dim=1)
+                    dbias[heads].index_add_(1, index.reshape(-1), ds_h.reshape(ds_h.shape[0], -1))
         dq_c.mul_(pb.scale)
         for dest, values in ((dq, dq_c), (dk, dk_c), (dv, dv_c)):
             _scatter(dest, chunk, values)

@@ -109,3 +109,26 @@ def test_chunks_hold_at_most_max_chunk_rows(generator, monkeypatch):
     assert all(len(c.kept) * c.size <= 64 for c in chunks)
     assert sorted(b for c in chunks for b in c.sequences) == list(range(45))
     assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
+
+
+# The bmm path (gdpa, bias, dropout, Dv != D) splits causal scores into query blocks that
+# read only the keys up to their last row; blocks of 8 rows exercise it on small sizes.
+BLOCKED_OPTIONS = [
+    dict(form="gdpa"), dict(form="gdpa", bias_radius=3, with_targets=True),
+    dict(form="softmax", bias_radius=2), dict(form="gdpa", dropout_p=0.3, dropout_seed=11),
+    dict(form="gdpa", max_attn_len=4, with_targets=True), dict(form="gdpa", value_dim=24),
+    dict(form="softmax", value_dim=8, with_targets=True),
+    dict(form="gdpa", contextual_len=3),  # contextual rows see later keys: one block
+]
+
+
+@pytest.mark.parametrize("options", BLOCKED_OPTIONS,
+                         ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_causal_query_blocks_match_reference(generator, monkeypatch, options):
+    monkeypatch.setattr(bucketed_module, "CAUSAL_QUERY_BLOCK", 8)
+    case = make_case(generator, [0, 1, 40, 3, 17, 26, 9], heads=2, dim=16, causal=True, **options)
+    spec = Spec(40, causal=True, contextual_len=options.get("contextual_len", 0))
+    pb = bucketed_module._Problem(case.q, case.offsets, None, None, spec)
+    blocks = {chunk.size: len(pb.query_blocks(chunk)) for chunk in pb.chunks}
+    assert blocks[40] == (1 if "contextual_len" in options else 5)
+    assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
