@@ -21,7 +21,53 @@ from benchmarks.results import print_table, shared_data, write_result
 REAL = {"movielens": "movielens-100k", "taobao": "taobao-userbehavior"}
 
 
+def _groups(names: list[str], jobs: int) -> list[list[str]]:
+    """The first dataset alone (the simulator: the most work, and the serving run), the
+    others round-robin over the remaining jobs."""
+    jobs = max(1, min(jobs, len(names)))
+    if jobs == 1:
+        return [names]
+    groups = [[names[0]]] + [[] for _ in range(jobs - 1)]
+    for i, name in enumerate(names[1:]):
+        groups[1 + i % (jobs - 1)].append(name)
+    return groups
+
+
+def _parallel(args, cfg, work: Path) -> dict:
+    """Datasets in ``--jobs`` processes (one torch thread each) under one parent run."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import mlflow
+
+    from benchmarks.transfer.experiment import finish, start_parent
+
+    started = time.perf_counter()
+    work.mkdir(parents=True, exist_ok=True)
+    tracking_uri, parent_id = start_parent(cfg, work)
+    groups = _groups([d.name for d in cfg.datasets], args.jobs)
+    procs = []
+    for i, group in enumerate(groups):
+        part = work / f"part-{i}.json"
+        part.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "benchmarks.transfer.bench", "--preset", args.preset, "--work", str(work),
+               "--datasets", ",".join(group), "--parent-run", parent_id, "--part", str(part),
+               *[x for o in args.overrides for x in ("--set", o)], *(["--no-latency"] if args.no_latency or i else [])]
+        procs.append((part, subprocess.Popen(cmd, env={**os.environ, "GEM_TRANSFER_JOB": "+".join(group)})))
+    failed = [" ".join(p.args[-8:]) for _, p in procs if p.wait() != 0]
+    if failed:
+        mlflow.MlflowClient(tracking_uri).set_terminated(parent_id, "FAILED")
+        raise SystemExit(f"transfer: {len(failed)} job(s) failed: {failed}")
+    parts = [json.loads(part.read_text()) for part, _ in procs]
+    return finish(parent_id, parts, cfg, time.perf_counter() - started)
+
+
 def main() -> None:
+    import os
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="bench")
     parser.add_argument("--work", type=Path, default=None, help="keep data, features, teachers here")
@@ -29,11 +75,18 @@ def main() -> None:
     parser.add_argument("--no-latency", action="store_true", help="skip the serving benchmark")
     parser.add_argument("--result", default="transfer", help="result name (benchmarks/results/<name>.json)")
     parser.add_argument("--datasets", default="", help="comma-separated dataset names (default: every one)")
+    parser.add_argument("--jobs", type=int, default=2, help="datasets in this many processes (one thread each)")
+    parser.add_argument("--parent-run", default="", help=argparse.SUPPRESS)  # a job of --jobs: its parent run
+    parser.add_argument("--part", type=Path, default=None, help=argparse.SUPPRESS)  # ... and where its part goes
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    job = os.environ.get("GEM_TRANSFER_JOB", "")
+    logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {job + ' ' if job else ''}%(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
     logging.getLogger("benchmarks").setLevel(logging.INFO)  # the experiment's progress; the libraries' at WARNING
+    for name in ("gem.features", "torchrec", "mlflow"):  # per-window data notes and planner notices, repeated
+        logging.getLogger(name).setLevel(logging.ERROR)
 
-    from benchmarks.transfer.experiment import load_experiment_config, run_experiment
+    from benchmarks.transfer.experiment import load_experiment_config, run_datasets, run_experiment
 
     cfg = load_experiment_config(args.preset, args.overrides)
     shared = shared_data()
@@ -44,9 +97,15 @@ def main() -> None:
     if unknown:
         parser.error(f"--datasets {unknown}: the preset has {[d.name for d in cfg.datasets]}")
     cfg.datasets = [d for d in cfg.datasets if d.name not in skipped and (not wanted or d.name in wanted)]
+    if args.part:  # one job of a parallel run: its datasets under the given parent run
+        from gem.utils.atomic import write_json
+
+        write_json(run_datasets(cfg, args.work, args.parent_run, latency=not args.no_latency), args.part)
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        work = args.work or Path(tmp)
-        payload = run_experiment(cfg, work, latency=not args.no_latency)
+        work = (args.work or Path(tmp)).resolve()
+        payload = (_parallel(args, cfg, work) if args.jobs > 1 and len(cfg.datasets) > 1
+                   else run_experiment(cfg, work, latency=not args.no_latency))
     payload["skipped"] = skipped
     payload["mlflow_experiment"] = cfg.experiment
     payload["preset"] = args.preset

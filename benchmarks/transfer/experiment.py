@@ -174,6 +174,11 @@ def run_world(ds: DatasetConfig, cfg: ExperimentConfig, name: str, data_dir: Pat
         teacher_metrics[run.id] = evaluate(torch.sigmoid(ev_t.teacher_logits), ev_t, list(spec.surfaces),
                                            list(spec.tasks))
     world.teachers = teachers
+    if teachers:
+        from gem.model import forward_flops_per_example
+
+        world.timings["teacher_flops_per_example"] = float(
+            forward_flops_per_example(teachers[0].model, mean_len=float(cfg.max_seq_len) / 2))
     world.timings["teachers_and_knowledge_s"] = round(time.perf_counter() - clock, 1)
     dims = (0, 0)
     if teachers:
@@ -219,6 +224,8 @@ def world_figures(res: WorldResult, cfg: ExperimentConfig) -> dict:
         entry = {"auc": ev.absolute(arm, "auc"), "ne": ev.absolute(arm, "ne"), "label": cfg.arms[arm].label,
                  "selected": [{"teacher": r.teacher, "point": r.point, "trials": r.trials} for r in res.arms[arm]],
                  "size": _size(res.arms[arm]), "flops_per_example": _flops(res.arms[arm])}
+        teacher_flops = res.world.timings.get("teacher_flops_per_example")
+        entry["flops_ratio_to_teacher"] = entry["flops_per_example"] / teacher_flops if teacher_flops else None
         if arm != BASELINE:
             entry["lift_auc"] = ev.lift(arm, BASELINE, "auc")
             entry["lift_ne"] = ev.lift(arm, BASELINE, "ne")
@@ -301,44 +308,82 @@ def staleness_curve(figures: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def run_experiment(cfg: ExperimentConfig, work: str | Path, *, latency: bool = True) -> dict:
+def open_experiment(cfg: ExperimentConfig, work: Path) -> str:
+    """Point MLflow at the experiment's store and experiment; returns the tracking URI."""
     import mlflow
 
-    from benchmarks.transfer.report import write_results
-    from benchmarks.transfer.tracking import log_parent
+    if not cfg.tracking_uri:
+        return bench_tracking(cfg.experiment)  # the benchmarks' store: every run's arms side by side
+    mlflow.set_tracking_uri(cfg.tracking_uri)
+    if mlflow.get_experiment_by_name(cfg.experiment) is None:
+        mlflow.create_experiment(cfg.experiment, artifact_location=(work / "mlartifacts").as_uri())
+    mlflow.set_experiment(cfg.experiment)
+    return cfg.tracking_uri
+
+
+def start_parent(cfg: ExperimentConfig, work: Path) -> tuple[str, str]:
+    """(tracking URI, id of a new RUNNING parent run ``transfer-experiment``)."""
+    import mlflow
+
+    tracking_uri = open_experiment(cfg, work)
+    experiment_id = mlflow.get_experiment_by_name(cfg.experiment).experiment_id
+    return tracking_uri, mlflow.MlflowClient(tracking_uri).create_run(
+        experiment_id, run_name="transfer-experiment").info.run_id
+
+
+def run_datasets(cfg: ExperimentConfig, work: str | Path, parent_id: str, *, latency: bool = True) -> dict:
+    """The datasets of ``cfg`` under an existing parent run: ``{"datasets": {name: entry},
+    "serving": {...}}`` (serving measured on the first dataset, with ``latency``)."""
+    import mlflow
+
+    from benchmarks.transfer.report import dataset_entry
 
     torch.set_num_threads(cfg.threads)
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    if cfg.tracking_uri:
-        mlflow.set_tracking_uri(cfg.tracking_uri)
-        if mlflow.get_experiment_by_name(cfg.experiment) is None:
-            mlflow.create_experiment(cfg.experiment, artifact_location=(work / "mlartifacts").as_uri())
-        mlflow.set_experiment(cfg.experiment)
-        tracking_uri = cfg.tracking_uri
-    else:
-        tracking_uri = bench_tracking(cfg.experiment)
-    started = time.perf_counter()
-    client = mlflow.MlflowClient(tracking_uri)
-    experiment_id = mlflow.get_experiment_by_name(cfg.experiment).experiment_id
-    parent_id = client.create_run(experiment_id, run_name="transfer-experiment").info.run_id
-    results, serving = {}, {}
-    try:
-        for ds in cfg.datasets:
-            log.info("transfer: dataset %s", ds.name)
-            clock = time.perf_counter()
-            results[ds.name] = run_dataset(ds, cfg, work / ds.name, tracking_uri, parent_id)
-            results[ds.name]["wall_s"] = round(time.perf_counter() - clock, 1)
-            mlflow.set_tracking_uri(tracking_uri)
-            mlflow.set_experiment(cfg.experiment)  # gem.training's tracker may have switched it
-        if latency and cfg.datasets:
+    tracking_uri = open_experiment(cfg, work)
+    entries, serving = {}, {}
+    for i, ds in enumerate(cfg.datasets):
+        log.info("transfer: dataset %s", ds.name)
+        clock = time.perf_counter()
+        res = run_dataset(ds, cfg, work / ds.name, tracking_uri, parent_id)
+        res["wall_s"] = round(time.perf_counter() - clock, 1)
+        entries[ds.name] = dataset_entry(res)
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.set_experiment(cfg.experiment)  # gem.training's tracker may have switched it
+        if latency and i == 0:
             from benchmarks.transfer.serving import serving_benchmark
 
-            first = cfg.datasets[0].name
-            serving = serving_benchmark(results[first], cfg, work / first)
-    except BaseException:
-        client.set_terminated(parent_id, "FAILED")
-        raise
-    payload = write_results(results, serving, cfg, time.perf_counter() - started)
+            serving = serving_benchmark(res, cfg, work / ds.name)
+        del res  # teachers, tables and students of this dataset
+    return {"datasets": entries, "serving": serving}
+
+
+def finish(parent_id: str, parts: list[dict], cfg: ExperimentConfig, seconds: float) -> dict:
+    """Merge the parts (run_datasets results), log the payload on the parent run."""
+    from benchmarks.transfer.report import assemble
+    from benchmarks.transfer.tracking import log_parent
+
+    datasets = {k: v for part in parts for k, v in part["datasets"].items()}
+    order = [d.name for d in cfg.datasets]
+    datasets = {k: datasets[k] for k in sorted(datasets, key=lambda n: order.index(n) if n in order else len(order))}
+    serving = next((p["serving"] for p in parts if p.get("serving")), {})
+    payload = assemble(datasets, serving, cfg, seconds)
     log_parent(parent_id, payload, cfg, {k: str(v)[:500] for k, v in flatten(cfg).items()})
     return payload
+
+
+def run_experiment(cfg: ExperimentConfig, work: str | Path, *, latency: bool = True) -> dict:
+    """Every dataset in this process, one parent run; returns the transfer.json payload."""
+    import mlflow
+
+    started = time.perf_counter()
+    work = Path(work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    tracking_uri, parent_id = start_parent(cfg, work)
+    try:
+        part = run_datasets(cfg, work, parent_id, latency=latency)
+    except BaseException:
+        mlflow.MlflowClient(tracking_uri).set_terminated(parent_id, "FAILED")
+        raise
+    return finish(parent_id, [part], cfg, time.perf_counter() - started)

@@ -113,20 +113,23 @@ def lift_figure(payload: dict):
     return fig
 
 
-def write_results(results: dict, serving: dict, cfg: ExperimentConfig, seconds: float) -> dict:
-    datasets = {}
-    for ds, res in results.items():
-        figures = res["figures"]
-        headline = next(iter(figures))
-        head = figures[headline]
-        datasets[ds] = {
-            "headline_world": headline, "sizes": head["examples"], "windows": head["windows"],
-            "teachers": head["teachers"], "arms": head["arms"], "differences": head["differences"],
-            "ratios": head["ratios"], "staleness": staleness_curve(figures),
-            "staleness_worlds": {name: {"windows": f["windows"], "teachers": f["teachers"], "examples": f["examples"]}
-                                 for name, f in figures.items() if name != headline},
-            "timings_s": {name: f["timings_s"] for name, f in figures.items()}, "wall_s": res.get("wall_s"),
-        }
+def dataset_entry(res: dict) -> dict:
+    """One dataset's figures (run_dataset's result) as the payload's ``datasets`` entry."""
+    figures = res["figures"]
+    headline = next(iter(figures))
+    head = figures[headline]
+    return _finite({
+        "headline_world": headline, "sizes": head["examples"], "windows": head["windows"],
+        "teachers": head["teachers"], "arms": head["arms"], "differences": head["differences"],
+        "ratios": head["ratios"], "staleness": staleness_curve(figures),
+        "staleness_worlds": {name: {"windows": f["windows"], "teachers": f["teachers"], "examples": f["examples"]}
+                             for name, f in figures.items() if name != headline},
+        "timings_s": {name: f["timings_s"] for name, f in figures.items()}, "wall_s": res.get("wall_s"),
+    })
+
+
+def assemble(datasets: dict[str, dict], serving: dict, cfg: ExperimentConfig, seconds: float) -> dict:
+    """The transfer.json payload from the datasets' entries and the serving figures."""
     sim = datasets.get("simulator", {})
     ratio = (sim.get("ratios", {}).get("transfer_ratio_combined", {}) or {}).get("auc", {})
     paths = (serving or {}).get("paths", {})
