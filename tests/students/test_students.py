@@ -226,29 +226,6 @@ def test_online_reader_matches_feast_get_online_features(tables, world):
         OnlineReader(store, {"user_attributes": ["nope"]}, join_key="user_id")
 
 
-def test_summary_lifts_and_transfer_ratio():
-    from benchmarks.transfer.experiment import summarise, transfer_ratio
-
-    rows = []
-    for seed, shift in ((0, 0.0), (1, 0.02)):
-        for surface in ("feed", "video"):
-            rows += [
-                {"dataset": "d", "method": "no_teacher", "seed": seed, "surface": surface,
-                 "metrics": {"auc/click": 0.60 + shift, "ne/click": 0.90}},
-                {"dataset": "d", "method": "kd", "seed": seed, "surface": surface,
-                 "metrics": {"auc/click": 0.61 + shift, "ne/click": 0.89}},
-                {"dataset": "d", "method": "adapter", "seed": seed, "surface": surface,
-                 "metrics": {"auc/click": 0.63 + shift + (0.02 if seed else 0.0), "ne/click": 0.85}},
-            ]
-    summary = summarise(rows)
-    assert summary["d"]["kd"]["auc_lift_click"]["mean"] == pytest.approx(0.01)
-    assert summary["d"]["adapter"]["auc_lift_click"]["mean"] == pytest.approx(0.04)
-    assert summary["d"]["adapter"]["auc_lift_click"]["std"] == pytest.approx(0.01)
-    assert summary["d"]["adapter"]["ne_lift_click"]["mean"] == pytest.approx(0.05)
-    assert summary["d"]["no_teacher"]["auc_lift_click"]["mean"] == 0.0
-    assert transfer_ratio(summary, "d") == pytest.approx(4.0)
-
-
 def test_distill_cli_registers_students(world, tmp_path):
     import mlflow
 
