@@ -159,6 +159,13 @@ class ExampleStore:
         shares["history_item"] = float(hidden.mean()) if hidden.size else 0.0
         return dataclasses.replace(self, sparse=sparse, sequence=sequence), shares
 
+    def without_history(self) -> "ExampleStore":
+        """Every history emptied (the ablation without the sequence part; the dense
+        features, which count the history, stay)."""
+        lengths = np.zeros_like(self.lengths)
+        return dataclasses.replace(self, lengths=lengths, offsets=np.zeros(len(lengths) + 1, dtype=np.int64),
+                                   sequence=self.sequence[:, :0], age=self.age[:0])
+
     def batch(self, rows: np.ndarray):
         """The rows as one gem.data.batch.Batch."""
         from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
@@ -524,9 +531,10 @@ def _run_shallow(model: str, store: ExampleStore, rows: dict[str, np.ndarray], l
 # ---- figures ----
 
 def figures(results: dict[str, dict], labels: np.ndarray, users: np.ndarray, *, replicates: int = 1000,
-            seed: int = 0) -> dict:
+            seed: int = 0, groups: dict[str, np.ndarray] | None = None) -> dict:
     """Per model: test AUC / NE / logloss (seed mean, seed std ddof=1, 95% user-bootstrap
-    interval of the seed mean); GEM minus each other model: paired intervals."""
+    interval of the seed mean); GEM minus each other model: paired intervals. ``groups``:
+    name -> bool mask of test rows, the seed-mean AUC on each (``auc_<name>``)."""
     from students.stats import paired_difference, sample_std, user_weights, weighted_auc, weighted_ne
 
     weights = user_weights(users, n=replicates, seed=seed)
@@ -551,6 +559,8 @@ def figures(results: dict[str, dict], labels: np.ndarray, users: np.ndarray, *, 
             "train_seconds": float(sum(r["seconds"] for r in res["seeds"])),
             "config": res["seeds"][0]["config"], "selected": res["selected"],
         }
+        for group, mask in (groups or {}).items():
+            out[model][f"auc_{group}"] = float(np.mean([baselines.auc(labels[mask], p[mask]) for p in preds]))
         if "curve" in res["seeds"][0]:
             out[model]["curve_by_seed"] = [r["curve"] for r in res["seeds"]]
     if "gem" in results:
@@ -654,7 +664,18 @@ def bench_dataset(name: str, args, work: Path, cache: RunCache,
     parts, split = split_parts(store, quantiles=args.quantiles, cuts_iso=args.cut, split_file=args.split_file)
     sizes.update(check_split(store, parts, split))
     rows = {p: np.flatnonzero(parts == p) for p in ("train", "validation", "test")}
+    tag = b""  # what a diagnostic run changed, in its cache key
+    if getattr(args, "train_fraction", 1.0) < 1.0:  # diagnostics: fewer train rows, the same validation and test
+        keep = np.random.default_rng(12345).random(len(rows["train"])) < args.train_fraction
+        rows["train"] = rows["train"][keep]
+        tag += f"train-fraction={args.train_fraction:g}".encode()
+        sizes["ablation"] = f"train rows: a random {args.train_fraction:g} of them (fixed rng)"
+        sizes["train_examples_used"] = int(keep.sum())
     store, unknown = store.known_only(rows["train"])
+    if getattr(args, "no_history", False):
+        tag += b"no-history"
+        store = store.without_history()
+        sizes["ablation"] = "no history: every sequence emptied"
     labels = store.labels[:, 0]
     users = store.raw_user
     per_user = np.bincount(np.unique(users[rows["train"]], return_inverse=True)[1])
@@ -668,15 +689,16 @@ def bench_dataset(name: str, args, work: Path, cache: RunCache,
         "clicks": {p: int(labels[r].sum()) for p, r in rows.items()},
         "history_len_mean": {p: float(store.lengths[r].mean()) for p, r in rows.items()},
         "unknown_share_after_train_only_ids": unknown,
-        "test_unknown_user_share": float((store.sparse[rows["test"], list(store.spec.sparse).index("user_id")] == 0)
-                                         .mean()),
-        "test_unknown_item_share": float((store.sparse[rows["test"], list(store.spec.sparse).index("item_id")] == 0)
-                                         .mean()),
+        "unknown_user_share": {p: float((store.sparse[r, list(store.spec.sparse).index("user_id")] == 0).mean())
+                               for p, r in rows.items()},
+        "unknown_item_share": {p: float((store.sparse[r, list(store.spec.sparse).index("item_id")] == 0).mean())
+                               for p, r in rows.items()},
     })
     log(f"[quality/peers] {label}: {len(rows['train'])} train / {len(rows['validation'])} validation / "
         f"{len(rows['test'])} test examples, cuts {split.get('cuts', split['kind'])}")
     data_key = RunCache.key(examples=hashlib.sha256(store.example_id.tobytes() + parts.astype(str).tobytes()
-                                                    + store.sparse.tobytes()).hexdigest(),
+                                                    + store.sparse.tobytes()
+                                                    + tag).hexdigest(),
                             features=json.loads((features / "manifest.json").read_text())["digest"])
     settings = RunSettings(max_epochs=args.max_epochs, batch_size=args.batch_size, schedule=args.schedule,
                            train_preset=args.train_preset, model_preset=args.model_preset,
@@ -698,7 +720,13 @@ def bench_dataset(name: str, args, work: Path, cache: RunCache,
         test = [baselines.auc(labels[rows["test"]], r["test_pred"]) for r in results[model]["seeds"]]
         log(f"[quality/peers] {label}/{model}: test auc {np.mean(test):.4f} ({time.perf_counter() - t0:.0f}s)")
     test_rows = rows["test"]
-    figs = figures(results, labels[test_rows], users[test_rows], replicates=args.replicates)
+    train_users = np.isin(users[test_rows], users[rows["train"]])
+    known_item = store.sparse[test_rows, list(store.spec.sparse).index("item_id")] > 0
+    groups = {"known_users": train_users, "new_users": ~train_users,  # test rows of users with / without train rows
+              "known_items": known_item, "new_items": ~known_item}  # and of items a train row shows / none
+    figs = figures(results, labels[test_rows], users[test_rows], replicates=args.replicates,
+                   groups={g: m for g, m in groups.items() if m.any() and labels[test_rows][m].std() > 0})
+    sizes["test_rows_of_new_users"] = float((~train_users).mean())
     for model, err in errors.items():
         figs[model] = {"error": err}
     figs["verdict"] = verdict(figs)
@@ -708,17 +736,29 @@ def bench_dataset(name: str, args, work: Path, cache: RunCache,
 
 def run(args, log: Callable[[str], None] = print) -> dict:
     """The peers' protocol over ``args.datasets``: {"datasets": {...}, "protocol": {...}}."""
-    torch.set_num_threads(args.threads)
-    work = Path(args.work_dir)
-    cache = RunCache(work / "runs")
     started = time.perf_counter()
     out: dict = {"datasets": {}, "sizes": {}}
-    for name in args.datasets:
-        label = Path(name).name if Path(name).is_dir() else name
-        out["datasets"][label], out["sizes"][label] = bench_dataset(name, args, work, cache, log)
+    labels = [Path(name).name if Path(name).is_dir() else name for name in args.datasets]
+    if getattr(args, "jobs", 1) > 1 and len(args.datasets) > 1:  # one process per dataset
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(min(args.jobs, len(args.datasets)), mp_context=mp.get_context("spawn")) as pool:
+            done = list(pool.map(_bench_one, [(name, args) for name in args.datasets]))
+    else:
+        done = [_bench_one((name, args)) for name in args.datasets]
+    for label, (figs, sizes) in zip(labels, done):
+        out["datasets"][label], out["sizes"][label] = figs, sizes
     out["protocol"] = protocol_description(args)
     out["total_seconds"] = time.perf_counter() - started
     return out
+
+
+def _bench_one(job) -> tuple[dict, dict]:
+    name, args = job
+    torch.set_num_threads(args.threads)
+    work = Path(args.work_dir)
+    return bench_dataset(name, args, work, RunCache(work / "runs"), print)
 
 
 def protocol_description(args) -> dict:
@@ -743,6 +783,8 @@ def protocol_description(args) -> dict:
         "seeds": args.seeds, "max_epochs": args.max_epochs, "batch_size": args.batch_size,
         "train_preset": args.train_preset, "model_preset": args.model_preset, "model_overrides": list(args.model_set),
         "max_seq_len": args.max_seq_len, "fuxictr_seq_len": args.fuxictr_seq_len, "threads": args.threads,
+        "jobs": getattr(args, "jobs", 1), "no_history": bool(getattr(args, "no_history", False)),
+        "train_fraction": getattr(args, "train_fraction", 1.0),
         "user_fraction": args.user_fraction, "models": list(args.models), "peers": list(PEERS),
         "references": list(REFERENCES),
     }
