@@ -8,6 +8,7 @@ argument wins over the variable, the variable over the automatic choice).
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import importlib.util
 import os
@@ -77,3 +78,24 @@ def select_backend(device: torch.device, requested: Backend | str | None = None,
                 "set TRITON_INTERPRET=1 to run the kernels on CPU tensors for testing"
             )
     return backend
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
+
+
+def keep_freed_cpu_memory() -> bool:
+    """Opt-in, process-wide: glibc malloc keeps freed memory instead of handing it back.
+
+    With glibc's defaults, every tensor over ~32 MiB, and the heap above a free block of
+    that order, goes back to the OS when freed, so the next step's outputs and gradients
+    are fresh pages the kernel must fault in and zero: on the benchmark's default batch
+    ~20,000 faults per forward+backward, ~20% of its CPU time (kernels/README.md). This
+    sets M_MMAP_THRESHOLD and M_TRIM_THRESHOLD to 1 GiB: the process keeps its peak heap
+    (what jemalloc or tcmalloc, often preloaded for CPU training, do too). Returns False
+    where glibc is not the allocator. Never called by the ops themselves.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, 1 << 30)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))

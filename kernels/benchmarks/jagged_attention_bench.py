@@ -49,6 +49,7 @@ from kernels.benchmarks.attention_baselines import (
 )
 from kernels.benchmarks.measure import time_best
 from kernels.benchmarks.results import cpu_description, print_table, write_result
+from kernels.common import keep_freed_cpu_memory
 from kernels.jagged_inputs import (
     long_tailed_lengths,
     offsets_from_lengths,
@@ -214,7 +215,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true",
                         help="a 16-sequence batch, 1 rep; writes no file")
     parser.add_argument("--name", default="kernels", help="result file name (no .json)")
+    parser.add_argument("--keep-freed-memory", action="store_true",
+                        help="kernels.common.keep_freed_cpu_memory() first (every method alike)")
     args = parser.parse_args(argv)
+    kept_freed_memory = args.keep_freed_memory and keep_freed_cpu_memory()
     threads = [int(t) for t in _list(args.threads)]
     methods = _list(args.methods)
     unknown = [m for m in methods if m not in METHODS] + [
@@ -267,7 +271,7 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = {"heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32", "reps": args.reps,
              "warmup": warmup, "threads": threads, "methods": methods,
              "batches": {name: vars(shape) for name, shape in batches.items()},
-             "isa": cpu_description()["isa"],
+             "isa": cpu_description()["isa"], "keep_freed_memory": kept_freed_memory,
              "flops": "useful: fwd 4 L^2 D per sequence and head (causal: L(L+1)/2 pairs), "
                       "bwd 2x fwd"}
     if not args.quick:
