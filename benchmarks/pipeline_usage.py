@@ -120,17 +120,6 @@ def watch(cmd: list[str], *, env: dict | None = None) -> tuple[int, list[TaskUsa
     return code, sorted(tasks.values(), key=lambda t: t.started), time.perf_counter() - started
 
 
-def quantity(text: str) -> float:
-    """A Kubernetes quantity as a number: CPU in cores ("500m" -> 0.5), memory in MiB."""
-    text = str(text)
-    units = {"m": 1e-3, "Ki": 2**-10, "Mi": 1.0, "Gi": 2**10, "Ti": 2**20, "K": 1e3 / 2**20, "M": 1e6 / 2**20,
-             "G": 1e9 / 2**20}
-    for suffix in sorted(units, key=len, reverse=True):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * units[suffix]
-    return float(text)
-
-
 def requested(settings=None) -> dict:
     """Per component of the compiled gem_pipeline (default cluster settings unless
     given): its CPU (cores) and memory (MiB) request; plus the TrainJob's per node."""
@@ -138,7 +127,7 @@ def requested(settings=None) -> dict:
 
     from gem_app.launch import Launcher
     from gem_app.pipelines.compile import GEM_YAML, compile_all
-    from gem_app.pipelines.settings import load_cluster_settings
+    from gem_app.pipelines.settings import load_cluster_settings, quantity
 
     settings = settings or load_cluster_settings()
     with tempfile.TemporaryDirectory() as tmp:
@@ -149,11 +138,11 @@ def requested(settings=None) -> dict:
         res = executor["container"].get("resources", {})
         name = re.sub(r"_\d+$", "", label.removeprefix("exec-").replace("-", "_"))  # one per features window
         out[name] = {"cpu": quantity(res.get("resourceCpuRequest", 0)),
-                     "memory_mb": quantity(res.get("resourceMemoryRequest", 0))}
+                     "memory_mb": quantity(res.get("resourceMemoryRequest", 0)) / 2**20}
     job = Launcher.parse(settings.pretrain_launcher)
     if job.kind == "trainjob":
         out["trainjob_node"] = {"cpu": quantity(settings.trainjob.cpu) * job.nodes,
-                                "memory_mb": quantity(settings.trainjob.memory) * job.nodes}
+                                "memory_mb": quantity(settings.trainjob.memory) * job.nodes / 2**20}
     return out
 
 
@@ -202,6 +191,14 @@ def summarize(tasks: list[TaskUsage]) -> dict:
         row["wall_s"] += t.wall_s
         row["max_wall_s"] = max(row["max_wall_s"], t.wall_s)
     return dict(sorted(out.items()))
+
+
+def load_tasks(path: str | Path) -> list[TaskUsage]:
+    """The tasks of a file ``main`` wrote."""
+    import json
+
+    keep = {f.name for f in TaskUsage.__dataclass_fields__.values() if not f.name.startswith("_")}
+    return [TaskUsage(**{k: v for k, v in t.items() if k in keep}) for t in json.loads(Path(path).read_text())["tasks"]]
 
 
 def main(argv: list[str] | None = None) -> int:

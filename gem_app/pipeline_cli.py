@@ -37,6 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     comp.add_argument("--out", type=Path, default=Path("pipelines/compiled"))
     comp.add_argument("--image", default="", help="project image of every component (default $GEM_IMAGE or gem:latest)")
     comp.add_argument("--mlflow-uri", default="", help="tracking server the cluster tasks log to")
+    comp.add_argument("--cluster-config", default=None,
+                      help="YAML of compile options (ClusterSettings fields, e.g. deploy/cluster-settings.yaml)")
+    comp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                      help="one compile option, e.g. resources.shard.cpu=250m or pretrain_launcher=trainjob:2:8")
     comp.set_defaults(func=_compile)
 
 
@@ -72,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
 def _compile(args: argparse.Namespace) -> int:
     from gem_app.pipelines.compile import compile_all
 
-    for path in compile_all(args.out, image=args.image or None, mlflow_uri=args.mlflow_uri or None):
+    for path in compile_all(args.out, image=args.image or None, mlflow_uri=args.mlflow_uri or None,
+                            cluster_config=args.cluster_config, overrides=args.overrides):
         print(f"wrote {path}")
     return 0

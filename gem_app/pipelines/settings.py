@@ -41,6 +41,22 @@ class Resources:
 
     def __post_init__(self) -> None:
         self.cpu, self.cpu_limit = str(self.cpu), str(self.cpu_limit)
+        for request, limit in ((self.cpu, self.cpu_limit), (self.memory, self.memory_limit)):
+            if request and limit and quantity(limit) < quantity(request):
+                raise ValueError(f"limit {limit} below the request {request} (Kubernetes refuses the pod)")
+
+
+_UNITS = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9,
+          "T": 1e12}
+
+
+def quantity(text: str | int | float) -> float:
+    """A Kubernetes quantity as a plain number (CPU cores, memory bytes): "500m" -> 0.5."""
+    text = str(text).strip()
+    for unit in sorted(_UNITS, key=len, reverse=True):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * _UNITS[unit]
+    return float(text)
 
 
 @dataclass(kw_only=True)
@@ -124,12 +140,21 @@ class ClusterSettings:
 
 def load_cluster_settings(path: str | Path | None = None, overrides: list[str] | None = None,
                           **values) -> ClusterSettings:
-    """Defaults < YAML file < ``key.sub=value`` overrides < keyword values."""
-    from gem.config import load_config
+    """Defaults < YAML file < ``key.sub=value`` overrides < keyword values. A stage
+    profile given in part keeps the rest of its own defaults (``resources.shard.cpu=1``
+    leaves the shard profile's memory as it was)."""
+    import yaml
 
-    cfg = load_config(ClusterSettings, path=path, overrides=[*(overrides or []),
-                                                            *(f"{k}={json.dumps(v)}" for k, v in values.items())])
-    return cfg
+    from gem.config import ConfigError, load_config
+
+    layers = [f"resources={json.dumps(asdict(StageResources()))}"]
+    if path:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping of ClusterSettings fields")
+        layers += [f"{k}={json.dumps(v)}" for k, v in raw.items()]
+    layers += [*(overrides or []), *(f"{k}={json.dumps(v)}" for k, v in values.items())]
+    return load_config(ClusterSettings, overrides=layers)
 
 
 def component_name(task) -> str:

@@ -39,7 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     schedule.add_argument("--host", required=True, help="KFP API endpoint")
     schedule.add_argument("--package", type=Path, default=Path("pipelines/compiled/refresh_pipeline.yaml"))
     schedule.add_argument("--cron", default="0 0 3 * * *", help="six-field cron (default: 03:00 daily)")
-    schedule.add_argument("--workspace", default="/workspace/refresh")
+    schedule.add_argument("--workspace", default="",
+                          help="the runs' workspace on the volume (default: the one the package was compiled with)")
+    schedule.add_argument("--namespace", default=None, help="KFP namespace (multi-user Kubeflow: your profile's)")
+    schedule.add_argument("--experiment", default="gem-refresh")
     schedule.set_defaults(func=_schedule)
 
 
@@ -79,6 +82,7 @@ def _schedule(args: argparse.Namespace) -> int:
     if not args.package.is_file():
         print(f"error: {args.package} not found; run `make compile` first", file=sys.stderr)
         return 2
-    job = create_recurring_refresh(args.host, args.package, cron=args.cron, workspace=args.workspace)
+    job = create_recurring_refresh(args.host, args.package, cron=args.cron, workspace=args.workspace,
+                                   namespace=args.namespace, experiment=args.experiment)
     print(f"created recurring run {job} ({args.cron}, max_concurrency=1, no_catchup)")
     return 0

@@ -317,5 +317,8 @@ def test_cluster_settings_reject_unknown_keys_and_a_workspace_off_the_volume():
         load_cluster_settings(overrides=["resources.shard.cpus=1"])
     with pytest.raises(ValueError, match="must lie under the volume"):
         ClusterSettings(workspace="/data/gem")
-    assert load_cluster_settings(overrides=["resources.shard.cpu=2"]).resources.shard.cpu == "2"
+    shard = load_cluster_settings(overrides=["resources.shard.cpu=2"]).resources.shard
+    assert (shard.cpu, shard.memory, shard.memory_limit) == ("2", "1Gi", "4Gi")  # the rest of the profile kept
+    with pytest.raises(ValueError, match="limit 4Gi below the request 8Gi"):
+        load_cluster_settings(overrides=["resources.shard.memory=8Gi"])
     os.environ.pop(OPTIONS_ENV, None)
