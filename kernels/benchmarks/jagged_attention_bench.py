@@ -26,7 +26,8 @@ Useful FLOP/s count real work only: forward 4 L^2 D per sequence and head (QK^T 
 causal half of it), backward twice the forward; padding and recomputation are not counted.
 `matmul_peak_gflops` is a 2048^3 fp32 torch.mm timed the same way in the same run, before
 and after the methods (the higher of the two is kept, so a quieter moment is not counted
-as our speed), so `ours_fraction_of_peak` is comparable across machines. Results: results.py.
+as our speed), so `ours_fraction_of_peak` is comparable across machines; the `_cpu`
+variants divide by process CPU time instead of wall time (both for us and the peak). Results: results.py.
 Total time on 2 quiet cores: ~10 minutes, most of it the padded baseline.
 """
 
@@ -124,15 +125,26 @@ PEAK_MATMUL_SIZE = 2048
 # A method whose first (warm-up) forward+backward takes longer than this is timed on one
 # more call of each phase (the padded baseline: ~30 s a call on the default batch, more
 # on the long one), which keeps the whole run within ~10 minutes.
-SLOW_CALL_SECONDS = 10.0
+SLOW_CALL_SECONDS = 20.0
 
 
-def matmul_peak_gflops(reps: int, warmup: int, size: int | None = None) -> float:
+def matmul_peak_gflops(reps: int, warmup: int, size: int | None = None) -> tuple[float, float]:
+    """(GFLOP/s by wall time, by process CPU time) of a size^3 fp32 torch.mm."""
     size = size or PEAK_MATMUL_SIZE
     a, b = torch.randn(size, size), torch.randn(size, size)
     out = torch.empty(size, size)
     timing = time_best(lambda: torch.mm(a, b, out=out), reps, warmup)
-    return 2 * size**3 / timing["best_s"] / 1e9
+    return 2 * size**3 / timing["best_s"] / 1e9, 2 * size**3 / timing["best_cpu_s"] / 1e9
+
+
+def wait_for_load(limit: float | None, max_seconds: float = 600.0) -> float:
+    """Wait (up to max_seconds) for the 1-minute load average to drop below limit;
+    returns the seconds waited."""
+    start = time.perf_counter()
+    while limit is not None and os.getloadavg()[0] >= limit \
+            and time.perf_counter() - start < max_seconds:
+        time.sleep(10)
+    return time.perf_counter() - start
 
 
 def run_batch(lengths: Tensor, methods: list[str], reps: int, warmup: int,
@@ -181,6 +193,8 @@ def run_batch(lengths: Tensor, methods: list[str], reps: int, warmup: int,
         figures[f"{name}_fwd_bwd_cpu_ms"] = 1e3 * fwd_bwd["best_cpu_s"]
         figures[f"{name}_useful_gflops"] = (
             useful_flops(lengths, method.causal) / fwd_bwd["best_s"] / 1e9)
+        figures[f"{name}_useful_gflops_cpu"] = (
+            useful_flops(lengths, method.causal) / fwd_bwd["best_cpu_s"] / 1e9)
         print(f"  {name:<20} fwd {figures[f'{name}_fwd_ms']:9.1f} ms   fwd+bwd "
               f"{figures[f'{name}_fwd_bwd_ms']:9.1f} ms (median "
               f"{figures[f'{name}_fwd_bwd_median_ms']:.1f})", flush=True)
@@ -215,6 +229,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true",
                         help="a 16-sequence batch, 1 rep; writes no file")
     parser.add_argument("--name", default="kernels", help="result file name (no .json)")
+    parser.add_argument("--wait-load", type=float, default=None,
+                        help="before each (batch, threads) run, wait up to 10 min for the "
+                             "1-minute load average to fall below this")
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="kernels.common.keep_freed_cpu_memory() first (every method alike)")
     args = parser.parse_args(argv)
@@ -239,19 +256,24 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"\n{key}: batch {shape.batch}, mean {float(lengths.float().mean()):.1f}, "
                   f"max {int(lengths.max())}, padding {padding_fraction(lengths):.1%}, "
                   f"load {os.getloadavg()[0]:.2f}", flush=True)
+            waited = wait_for_load(args.wait_load)
             start = time.perf_counter()
             load_before = os.getloadavg()[0]
-            peak_before = matmul_peak_gflops(3, 1)
+            peak_before, peak_cpu_before = matmul_peak_gflops(3, 1)
             figures = run_batch(lengths, methods, reps, warmup)
-            peak_after = matmul_peak_gflops(3, 1)
+            peak_after, peak_cpu_after = matmul_peak_gflops(3, 1)
             figures.update(matmul_peak_gflops=max(peak_before, peak_after),
                            matmul_peak_gflops_before=peak_before,
                            matmul_peak_gflops_after=peak_after,
+                           matmul_peak_gflops_cpu=max(peak_cpu_before, peak_cpu_after),
                            load_average_1min_before=load_before,
-                           load_average_1min_after=os.getloadavg()[0], reps=reps)
+                           load_average_1min_after=os.getloadavg()[0], reps=reps,
+                           waited_for_load_s=waited)
             if "ours_useful_gflops" in figures:
                 figures["ours_fraction_of_peak"] = (
                     figures["ours_useful_gflops"] / figures["matmul_peak_gflops"])
+                figures["ours_fraction_of_peak_cpu"] = (
+                    figures["ours_useful_gflops_cpu"] / figures["matmul_peak_gflops_cpu"])
             figures["seconds"] = time.perf_counter() - start
             results[key] = figures
             for name in methods:
