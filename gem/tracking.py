@@ -105,8 +105,24 @@ def ensure_reachable(uri: str, policy: RetryPolicy = RETRY) -> None:
         wait_for_server(uri, policy=policy)
 
 
+_HONOURED_ENV: set[str] = set()
+
+
+def _user_tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` when a user (or the pipeline's task env) gave it, not when
+    ``mlflow.set_tracking_uri`` wrote it: mlflow copies every URI it is pointed at into
+    that variable, which would otherwise pin every later store to the first one used."""
+    from mlflow.tracking._tracking_service import utils as mlflow_uri
+
+    env = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if env and (env in _HONOURED_ENV or env != getattr(mlflow_uri, "_tracking_uri", None)):
+        _HONOURED_ENV.add(env)
+        return env
+    return ""
+
+
 def default_tracking_uri(root: str | Path = "runs") -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
+    return _user_tracking_uri() or f"sqlite:///{Path(root).resolve() / 'mlflow.db'}"
 
 
 def configure(root: str | Path = "runs", *, experiment: str = DEFAULT_EXPERIMENT, policy: RetryPolicy = RETRY,

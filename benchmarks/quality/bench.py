@@ -328,9 +328,9 @@ def main(argv: list[str] | None = None) -> dict:
                        help="diagnostics: every history emptied, for every model (the ablation without sequences)")
     peers.add_argument("--train-fraction", type=float, default=1.0,
                        help="diagnostics: train on a random share of the train rows (validation and test unchanged)")
-    peers.add_argument("--jobs", type=int, default=2,
-                       help="datasets run in parallel processes, each with --threads threads (default 2 x 1: the "
-                            "2 cores today's protocol uses with 2 threads)")
+    peers.add_argument("--jobs", type=int, default=1,
+                       help="datasets run in parallel processes, each with --threads threads (2: both cores, as "
+                            "today's protocol with 2 threads)")
     peers.add_argument("--work-dir", default=None,
                        help="cached data, features and runs (default .local_runs/quality-peers)")
     peers.add_argument("--fresh", action="store_true", help="rebuild and retrain, ignoring the work dir")

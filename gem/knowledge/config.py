@@ -11,10 +11,16 @@ class KnowledgeConfig:
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default
     embeddings: bool = True  # also write the user/item embedding tables
     precision: str = "fp32"  # "bf16": autocast the teacher forward
+    # days before the first downstream window that the knowledge also covers (from the
+    # window before it), so that its first day's requests read what the last
+    # materializations wrote instead of nothing
+    lead_days: int = 2
 
     def validate(self) -> "KnowledgeConfig":
         if self.batch_size < 1:
             raise ValueError(f"knowledge.batch_size={self.batch_size} must be >= 1")
+        if self.lead_days < 0:
+            raise ValueError(f"knowledge.lead_days={self.lead_days} must be >= 0")
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"knowledge.precision={self.precision!r} must be fp32 or bf16")
         return self

@@ -38,7 +38,7 @@ from gem.features.loader import FeatureLoader, read_manifest
 from gem.features.storage import atomic_dir, write_json_atomic, write_parquet
 from gem.knowledge.config import KnowledgeConfig
 from gem.knowledge.teacher import Teacher, load_teacher, teacher_outputs
-from gem.knowledge.windows import example_keys, select_shards, window_bounds
+from gem.knowledge.windows import example_keys, in_window, select_shards, window_bounds
 from gem.utils.outputs import check_output, json_format, write_marker
 
 log = logging.getLogger(__name__)
@@ -166,10 +166,11 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
     out = run_teacher(teacher, loader, cfg.precision)
     seconds = time.perf_counter() - started
     spec = loader.spec
-    tables = knowledge_tables(out, example_keys(features_dir, shards), tags, spec.surfaces, spec.tasks)
+    keys = in_window(example_keys(features_dir, shards), w_start, w_end)  # wide shards reach outside it
+    tables = knowledge_tables(out, keys, tags, spec.surfaces, spec.tasks)
     if not cfg.embeddings:
         tables = {PREDICTIONS: tables[PREDICTIONS]}
-    n = len(out["example_id"])
+    n = tables[PREDICTIONS].num_rows
     manifest = {
         "format": FORMAT, "teacher_uri": str(teacher.uri), "teacher_version": teacher.version,
         "teacher_run_id": teacher.run_id, "window": {"start": w_start, "end": w_end},

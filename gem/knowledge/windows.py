@@ -23,17 +23,27 @@ KEY_COLUMNS = ("example_id", "user_id", "item_id", "surface", "event_timestamp")
 
 
 def select_shards(features_dir: str | Path, start: str | None = None, end: str | None = None) -> list[str]:
-    """Names of the shards whose day is in [start, end) (UTC ISO dates or times)."""
+    """Names of the shards with a day in [start, end) (UTC ISO dates or times). A shard
+    spans ``days`` days from its first ``day`` (wide shards of a sparse log), so it is
+    picked when any of them overlaps the window; its rows outside are the caller's to drop
+    (``in_window``)."""
     manifest = read_manifest(features_dir)
-    lo = parse_utc(start).date() if start else dt.date.min
+    lo = parse_utc(start) if start else None
     hi = parse_utc(end) if end else None
     out = []
     for shard in manifest["shards"]:
         day = dt.date.fromisoformat(shard["day"])
-        day_start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.timezone.utc)
-        if day >= lo and (hi is None or day_start < hi):
+        first = dt.datetime(day.year, day.month, day.day, tzinfo=dt.timezone.utc)
+        last = first + dt.timedelta(days=int(shard.get("days", 1)))
+        if (lo is None or last > lo) and (hi is None or first < hi):
             out.append(shard["name"])
     return out
+
+
+def in_window(keys: pd.DataFrame, start: str, end: str) -> pd.DataFrame:
+    """The impressions of ``example_keys`` whose event time is in [start, end)."""
+    ts = keys["event_timestamp"]
+    return keys[(ts >= pd.Timestamp(start)) & (ts < pd.Timestamp(end))].reset_index(drop=True)
 
 
 def window_bounds(features_dir: str | Path, start: str | None = None, end: str | None = None) -> tuple[str, str]:

@@ -92,7 +92,8 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
             tracking=tracking, teacher_uri=teacher.outputs["model_uri"],
             features=[student_feats.outputs["path"], holdout_feats.outputs["path"]],
             features_digests=[student_feats.outputs["digest"], holdout_feats.outputs["digest"]],
-            out_root=f"{workspace}/knowledge", feast_repo=repo.output, code_version=code), cluster)
+            out_root=f"{workspace}/knowledge", feast_repo=repo.output, code_version=code,
+            lead_from=teacher_path, lead_digest=teacher_digest), cluster)
         jobs = configure_task(distill_plan(
             tracking=tracking, surfaces=surfaces, available=ingested.outputs["surfaces"],
             train_features=student_feats.outputs["path"], train_digest=student_feats.outputs["digest"],

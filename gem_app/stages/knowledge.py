@@ -19,7 +19,9 @@ class KnowledgeResult(StageResult):
 
 
 def knowledge(teacher_uri: str, features: list[str], out_root: str, feast_repo: str, ctx: RunContext,
-              preset: str = "default") -> KnowledgeResult:
+              preset: str = "default", lead_from: str = "") -> KnowledgeResult:
+    """``lead_from``: the window before the first of ``features`` (the teacher's); its last
+    ``knowledge.lead_days`` are covered too, as the knowledge lead."""
     import mlflow
 
     from gem.config import load_config
@@ -33,10 +35,9 @@ def knowledge(teacher_uri: str, features: list[str], out_root: str, feast_repo: 
     teacher = load_teacher(teacher_uri, tracking_uri)
     outputs, examples = [], 0
     with tracked(ctx, "knowledge", tags={tracking.TAG_TEACHER_VERSION: teacher.version}):
-        for features_dir in features:
-            name = Path(features_dir).name
+        for features_dir, name, start, end in _windows(features, lead_from, cfg.lead_days):
             out = Path(out_root) / name
-            manifest = generate_knowledge(teacher, features_dir, out, cfg)
+            manifest = generate_knowledge(teacher, features_dir, out, cfg, start=start, end=end)
             outputs.append(str(out))
             examples += manifest["counts"]["examples"]
             mlflow.log_metric(f"knowledge/{name}/examples_per_s", manifest["examples_per_s"])
@@ -44,3 +45,17 @@ def knowledge(teacher_uri: str, features: list[str], out_root: str, feast_repo: 
         mlflow.set_tag(tracking.TAG_FEATURE_VIEWS, "teacher_predictions,teacher_user_embedding,teacher_item_embedding")
     figure("examples", examples)
     return KnowledgeResult(knowledge=outputs, teacher_version=teacher.version, examples=examples)
+
+
+def _windows(features: list[str], lead_from: str, lead_days: int) -> list[tuple[str, str, str | None, str | None]]:
+    """(features dir, output name, start, end) per window the knowledge covers."""
+    import datetime as dt
+
+    from gem.data.contract import parse_utc
+    from gem.features.loader import read_manifest
+
+    windows: list[tuple[str, str, str | None, str | None]] = [(f, Path(f).name, None, None) for f in features]
+    if lead_from and lead_days:
+        end = parse_utc(read_manifest(lead_from)["window"]["end"])
+        windows.insert(0, (lead_from, "lead", (end - dt.timedelta(days=lead_days)).isoformat(), end.isoformat()))
+    return windows

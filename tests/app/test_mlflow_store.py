@@ -39,3 +39,16 @@ def test_local_default_is_sqlite_without_server(tmp_path, monkeypatch):
     kind = mlflow.get_experiment_by_name("local").tags[tracking.EXPERIMENT_KIND_TAG]
     assert kind == "custom_model_development"  # the UI opens on the training runs, not GenAI pages
     mlflow.set_tracking_uri("")
+
+
+def test_a_store_mlflow_was_pointed_at_does_not_pin_the_next_one(tmp_path, monkeypatch):
+    """mlflow.set_tracking_uri copies its URI into MLFLOW_TRACKING_URI; that copy is not a
+    user's server and must not redirect a later configure() to the first store used."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'other.db'}")
+    mine = f"sqlite:///{(tmp_path / 'mine').resolve()}/mlflow.db"
+    assert tracking.configure(tmp_path / "mine", experiment="x") == mine
+    user = f"sqlite:///{tmp_path / 'user.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", user)  # a user's: honoured, on every later call too
+    assert tracking.configure(tmp_path / "a", experiment="x") == user
+    assert tracking.configure(tmp_path / "b", experiment="x") == user

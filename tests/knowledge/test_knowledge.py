@@ -157,3 +157,34 @@ def test_embeddings_are_read_as_of_the_last_materialization(world):
         np.testing.assert_allclose(daily.loc[i, "teacher_user_embedding"], expected, rtol=1e-6)
     changed = [not np.allclose(a, b) for a, b in zip(daily["teacher_user_embedding"], live["teacher_user_embedding"])]
     assert any(changed)  # the per-impression read sees the same day's rows: an upper bound, not what serving gets
+
+
+def test_the_knowledge_stage_covers_a_lead_so_the_first_student_day_reads_embeddings(world, tmp_path):
+    """Under a daily cadence a request on the student window's first day reads what the
+    midnight materialization holds: with no knowledge before the window that is nothing
+    (zeros), while the evaluation day reads real embeddings. The pipeline's knowledge
+    stage therefore also covers the teacher window's last days (the lead)."""
+    import datetime as dt
+
+    from gem.knowledge import prepare_repo
+    from gem.knowledge.feast import historical_knowledge
+    from gem_app.stages.context import RunContext
+    from gem_app.stages.knowledge import knowledge
+
+    ctx = RunContext(pipeline_run_id="lead-test", tracking_root=str(world.root))  # the world's store
+    keys = example_keys(world.features["student"])
+    read = {}
+    for lead in ("", str(world.features["teacher"])):
+        repo = prepare_repo(tmp_path / f"feast{bool(lead)}", world.data)
+        result = knowledge(world.teacher_uri, [str(world.features["student"])], str(tmp_path / f"k{bool(lead)}"),
+                           str(repo), ctx, preset="tiny", lead_from=lead)
+        got = historical_knowledge(repo, keys, predictions=False, refresh_every=dt.timedelta(days=1))
+        read[bool(lead)] = np.stack(got["teacher_user_embedding"].to_list())
+        if lead:
+            manifest = json.loads((tmp_path / "kTrue" / "lead" / MANIFEST).read_text())
+            assert result.knowledge[0].endswith("lead")
+            assert manifest["window"]["end"].startswith(WINDOWS["teacher"][1])
+            ts = pq.read_table(tmp_path / "kTrue" / "lead" / PREDICTIONS).to_pandas()["event_timestamp"]
+            assert ts.max() < pd.Timestamp(WINDOWS["teacher"][1], tz="UTC")  # only the lead's rows
+    assert not np.abs(read[False]).any()  # nothing written before the student window's midnight
+    assert (np.abs(read[True]).sum(axis=1) > 0).mean() > 0.5  # most users read an embedding
