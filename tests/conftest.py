@@ -14,6 +14,9 @@ try:
 
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # one worker per core (make test): one thread each
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 except ImportError:  # pragma: no cover
     pass
 

@@ -19,3 +19,10 @@ def _instrumented(**env: str) -> bool:
 def test_feast_loads_without_typeguard_instrumentation_unless_asked():
     assert not _instrumented()
     assert _instrumented(GEM_FEAST_TYPECHECKS="1")
+
+
+def test_feast_does_not_import_torch_until_asked():
+    probe = ("import sys, gem, feast, feast.infra.offline_stores.offline_store; print('torch' in sys.modules); "
+             "from feast.torch_wrapper import get_torch; print(get_torch().__name__)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out[-2:] == ["False", "torch"]

@@ -33,12 +33,13 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from gem.data.contract import SURFACES, TASKS
+from gem.data.contract import SURFACES, TASKS, parse_utc
 from gem.features.loader import FeatureLoader, read_manifest
 from gem.features.storage import atomic_dir, write_json_atomic, write_parquet
 from gem.knowledge.config import KnowledgeConfig
 from gem.knowledge.teacher import Teacher, load_teacher, teacher_outputs
 from gem.knowledge.windows import example_keys, in_window, select_shards, window_bounds
+from gem.protocol import Split
 from gem.utils.outputs import check_output, json_format, write_marker
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,16 @@ def knowledge_tables(out: dict[str, np.ndarray], keys: pd.DataFrame, tags: dict[
     return tables
 
 
+def _narrowed(features_dir: str | Path, start: str, end: str) -> dict:
+    """Loader options that keep only the examples in [start, end) when that is narrower
+    than the build's window (a wide shard spans days on both sides of it)."""
+    window = read_manifest(features_dir)["window"]
+    if (start, end) == (parse_utc(window["start"]).isoformat(), parse_utc(window["end"]).isoformat()):
+        return {}
+    cuts = tuple(int(parse_utc(t).timestamp() * 1_000_000) for t in (start, end))
+    return {"split": Split(cuts=cuts), "part": "validation"}  # the middle part: [start, end)
+
+
 def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, out_dir: str | Path,
                        cfg: KnowledgeConfig | None = None, *, start: str | None = None, end: str | None = None,
                        shards: list[str] | None = None, tracking_uri: str | None = None) -> dict:
@@ -158,9 +169,10 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
     shards = select_shards(features_dir, start, end) if shards is None else list(shards)
     if not shards:
         raise ValueError(f"{features_dir}: no shard has a day in [{start}, {end})")
-    loader = FeatureLoader(features_dir, batch_size=cfg.batch_size, shuffle=False, shards=shards)
-    _check_spec(teacher, loader)
     w_start, w_end = window_bounds(features_dir, start, end)
+    loader = FeatureLoader(features_dir, batch_size=cfg.batch_size, shuffle=False, shards=shards,
+                           **_narrowed(features_dir, w_start, w_end))
+    _check_spec(teacher, loader)
     tags = {"teacher_version": teacher.version, "window_start": w_start, "window_end": w_end}
     started = time.perf_counter()
     out = run_teacher(teacher, loader, cfg.precision)

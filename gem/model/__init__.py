@@ -7,14 +7,14 @@
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
-from gem.data.batch import FeatureSpec
 from gem.model.config import ModelConfig
-from gem.model.dlrm import DLRMBaseline
-from gem.model.flops import batch_forward_flops, count_parameters, forward_flops_per_example
-from gem.model.gem import GEM
-from gem.model.heads import Encoded, ModelOutput, joint_log_probs, multitask_loss
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from gem.data.batch import FeatureSpec
 
 __all__ = [
     "GEM", "DLRMBaseline", "Encoded", "ModelConfig", "ModelOutput", "batch_forward_flops",
@@ -22,9 +22,29 @@ __all__ = [
     "multitask_loss", "load_model_config",
 ]
 
+_LAZY = {
+    "GEM": "gem.model.gem", "DLRMBaseline": "gem.model.dlrm",
+    "batch_forward_flops": "gem.model.flops", "count_parameters": "gem.model.flops",
+    "forward_flops_per_example": "gem.model.flops",
+    "Encoded": "gem.model.heads", "ModelOutput": "gem.model.heads", "joint_log_probs": "gem.model.heads",
+    "multitask_loss": "gem.model.heads",
+}
+
+
+def __getattr__(name: str):
+    # lazy: reading a model config (a run's fingerprint, a CLI's help) must not load torchrec
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gem.model' has no attribute {name!r}")
+
 
 def build_model(cfg: ModelConfig, spec: FeatureSpec) -> nn.Module:
     """GEM or the DLRM baseline, by ``cfg.arch``."""
+    from gem.model.dlrm import DLRMBaseline
+    from gem.model.gem import GEM
+
     cfg.validate()
     return GEM(cfg, spec) if cfg.arch == "gem" else DLRMBaseline(cfg, spec)
 

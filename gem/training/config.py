@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gem.config import load_config
-from gem.model import ModelConfig
+from gem.model.config import ModelConfig
 
 PRECISIONS = ("fp32", "bf16")
 ENGINES = ("native", "lightning")

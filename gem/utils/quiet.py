@@ -30,7 +30,7 @@ def quiet_third_party() -> None:
 # recompiles every method from source when feast is imported: ~5 s of each process
 # that loads Feast (measured: `import feast` 11.0 s -> 6.3 s without it). Those checks
 # are debug aids (typeguard itself turns them off under `python -O`); feast's own
-# validation stays. GEM_FEAST_TYPECHECKS=1 keeps them.
+# validation stays. GEM_FEAST_TYPECHECKS=1 keeps them (and feast's eager torch import).
 class _FeastTypecheckHook:
     """A meta-path finder that acts once, just before ``feast`` is first imported."""
 
@@ -38,7 +38,24 @@ class _FeastTypecheckHook:
         if name == "feast":
             sys.meta_path.remove(self)
             _skip_feast_typechecks()
+            sys.modules.setdefault("feast.torch_wrapper", _lazy_torch_wrapper())
         return None
+
+
+def _lazy_torch_wrapper():
+    """feast.torch_wrapper imports torch when feast loads (2.5-5 s here), only for the
+    ``to_tensor`` conversions GEM never calls: the same API, importing torch on first use."""
+    import types
+
+    module = types.ModuleType("feast.torch_wrapper", "feast's torch accessor, importing torch on first use (gem)")
+
+    def get_torch():
+        import torch
+
+        return torch
+
+    module.get_torch = get_torch
+    return module
 
 
 def _skip_feast_typechecks() -> None:

@@ -1,4 +1,6 @@
-"""The whole pipeline on a tiny simulator dataset through kfp.local:
+"""The whole pipeline through kfp.local on a tiny dataset of an unusual shape (the
+simulator's events on one surface, "search", named by the data, and no conversion at
+all; surfaces and tasks come from the data):
 
 1. `python -m gem pipeline run` is SIGKILLed (whole process group) during pretraining;
 2. rerun, it reuses the finished stages (no rebuilt features) and resumes pretraining
@@ -28,13 +30,12 @@ from gem.config import load_config
 from gem.data.simulate import SimulatorConfig, simulate
 from gem.registry import EXPERIMENT, TEACHER_MODEL
 from gem_app.refresh.cycle import dataset_until
-
-SURFACES = "feed,video"
+from tests.datasets.shapes import make_shape
 
 
 def _pipeline_cmd(workspace: Path, data: Path) -> list[str]:
     return [sys.executable, "-m", "gem", "pipeline", "run", "--workspace", str(workspace), "--data", str(data),
-            "--preset", "tiny", "--surfaces", SURFACES]
+            "--preset", "tiny"]
 
 
 def _kill_during_pretraining(cmd: list[str], workspace: Path, timeout: float = 600) -> None:
@@ -54,9 +55,9 @@ def _kill_during_pretraining(cmd: list[str], workspace: Path, timeout: float = 6
 
 @pytest.mark.slow
 def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
-    data = tmp_path / "incoming"
     cfg = load_config(SimulatorConfig, section="simulator", preset="tiny", overrides=["days=5"])
-    simulate(cfg, data, progress=False)
+    simulate(cfg, tmp_path / "simulated", progress=False)
+    data = make_shape(tmp_path / "simulated", tmp_path / "incoming", "one_surface")
     first_days = dt.date.fromisoformat(cfg.start_date) + dt.timedelta(days=3)
     view = dataset_until(data, first_days, tmp_path / "view")
     workspace = tmp_path / "ws"
@@ -69,17 +70,17 @@ def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
 
     done = subprocess.run(_pipeline_cmd(workspace, view), capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "| feed |" in done.stdout and "mlflow ui --backend-store-uri sqlite:///" in done.stdout
+    assert "| search |" in done.stdout and "mlflow ui --backend-store-uri sqlite:///" in done.stdout
     assert teacher_manifest.stat().st_mtime_ns == built_at  # finished stages are reused, not rebuilt
     pretrain = json.loads((workspace / ".stages" / "teacher.train.json").read_text())["result"]
     assert pretrain["run_id"] == run_before  # the killed run was resumed, not restarted
     summary = json.loads((workspace / "summary.json").read_text())
-    assert [r["surface"] for r in summary["surfaces"]] == ["feed", "video"]
+    assert [r["surface"] for r in summary["surfaces"]] == ["search"]
 
     # lineage: registered student -> teacher version -> teacher run -> data window and digest
     tracking.configure(workspace, experiment=EXPERIMENT)
     client = MlflowClient()
-    student = client.get_model_version("student_feed", "1")
+    student = client.get_model_version("student_search", "1")
     teacher_uri = student.tags["teacher_version"]
     assert teacher_uri == f"models:/{TEACHER_MODEL}/1"
     teacher = client.get_model_version(TEACHER_MODEL, "1")

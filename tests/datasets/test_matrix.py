@@ -1,19 +1,16 @@
 """Every dataset shape runs through the library stages: validate -> features -> a few
 training steps -> knowledge -> one student per surface the data has; surfaces and tasks
-come from the data. One shape runs the real `gem pipeline run --preset tiny` (slow)."""
+come from the data. The one-surface, no-conversion shape also runs the real
+`gem pipeline run --preset tiny` in tests/app/test_e2e.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.datasets.shapes import SHAPES, make_shape
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -118,14 +115,3 @@ def test_asking_for_an_absent_surface_fails_fast(base, tmp_path):
         check_surfaces(str(data), ["video"])
     assert profile_dataset(data).require_surfaces(None) == ["search"]
     assert any("conversion" in w for w in profile_dataset(data).warnings)
-
-
-@pytest.mark.slow
-def test_one_surface_no_conversion_dataset_runs_the_tiny_pipeline(base, tmp_path):
-    data = make_shape(base, tmp_path / "one", "one_surface")
-    ws = tmp_path / "ws"
-    done = subprocess.run([sys.executable, "-m", "gem", "pipeline", "run", "--data", str(data), "--workspace", str(ws),
-                           "--preset", "tiny"], cwd=ROOT, capture_output=True, text=True, timeout=1500)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    summary = (ws / "summary.json").read_text()
-    assert "search" in summary
