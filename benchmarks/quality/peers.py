@@ -47,6 +47,7 @@ keeps a deterministic share of the users (by a hash of the raw id), recorded in 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -437,6 +438,16 @@ def fit_deep(make: Callable[[int], object], rows: dict[str, np.ndarray], labels:
 
 # ---- the cache ----
 
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    from gem.utils.digest import code_version
+
+    h = hashlib.sha256(code_version().encode())
+    for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 class RunCache:
     """One .json (figures) + .npy (test predictions) per run key under ``root``."""
 
@@ -447,8 +458,10 @@ class RunCache:
 
     @staticmethod
     def key(**parts) -> str:
-        return hashlib.sha256(json.dumps({"v": CACHE_VERSION, **parts}, sort_keys=True, default=str)
-                              .encode()).hexdigest()[:24]
+        """The run's content key: its parts and the code that computes it (the project's
+        sources and this benchmark's), so a run made by other code is never read back."""
+        return hashlib.sha256(json.dumps({"v": CACHE_VERSION, "code": _code_digest(), **parts}, sort_keys=True,
+                                         default=str).encode()).hexdigest()[:24]
 
     def get(self, key: str) -> dict | None:
         if self.root is None or not (self.root / f"{key}.json").is_file() or not (self.root / f"{key}.npy").is_file():
