@@ -53,7 +53,7 @@ class VerticalStudent(nn.Module):
         super().__init__()
         if "item_id" not in cardinalities:
             raise ValueError(f"the student needs an item_id feature to pool the history; got {list(cardinalities)}")
-        self.cfg, self.keys = cfg, list(cardinalities)
+        self.cfg, self.keys, self.num_dense = cfg, list(cardinalities), num_dense
         dim = cfg.embedding_dim
         self.tables = nn.ModuleDict({k: nn.Embedding(max(int(c), 1), dim) for k, c in cardinalities.items()})
         for table in self.tables.values():

@@ -2,7 +2,8 @@
 
 Each registered version carries ``teacher_version`` (the teacher's models:/ or runs:/
 version, as tagged on its knowledge), the transfer methods and the surface, both on the
-model version and on the run that logged it.
+model version and on the run that logged it. The model is logged as files
+(students.store: weights, config, digests), never pickled.
 """
 
 from __future__ import annotations
@@ -12,23 +13,24 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from students.distill import StudentResult
 
-# What loading a logged student needs (torchrec itself: pip install --no-deps).
-PIP_REQUIREMENTS = ["torch==2.13.0", "fbgemm-gpu-cpu==1.8.0", "numpy", "pyyaml"]
-
-
 def log_student(result: "StudentResult", registered_name: str, teacher_version: str,
                 extra_tags: dict[str, str] | None = None) -> str:
     """Log the student's model in the active run and register it; returns its version."""
+    import tempfile
+    from pathlib import Path
+
     import mlflow
-    import mlflow.pytorch
     from mlflow import MlflowClient
+
+    from gem.model.store import log_model
+    from students.store import STUDENT_FILES, save_student
 
     tags = {"teacher_version": teacher_version, "surface": result.surface,
             "methods": ",".join(result.methods), **(extra_tags or {})}
     mlflow.set_tags(tags)
-    info = mlflow.pytorch.log_model(result.model, name="student", serialization_format="pickle",
-                                    pip_requirements=PIP_REQUIREMENTS)
-    mv = mlflow.register_model(info.model_uri, registered_name, tags=tags)
+    with tempfile.TemporaryDirectory(prefix="gem-student-") as tmp:
+        uri = log_model(save_student(result.model, Path(tmp) / "student"), name="student", files=STUDENT_FILES)
+    mv = mlflow.register_model(uri, registered_name, tags=tags)
     client = MlflowClient()
     client.set_registered_model_tag(registered_name, "teacher_version", teacher_version)
     return str(mv.version)

@@ -64,9 +64,8 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def save_model(model: nn.Module | dict[str, torch.Tensor], cfg: ModelConfig, spec: FeatureSpec,
-               folder: str | Path) -> Path:
-    """Write the model folder (see module docstring); returns it."""
+def save_weights(model: nn.Module | dict[str, torch.Tensor], folder: str | Path) -> Path:
+    """weights.pt: the plain CPU state dict, written atomically; returns the folder."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = model.state_dict() if isinstance(model, nn.Module) else model
@@ -74,10 +73,16 @@ def save_model(model: nn.Module | dict[str, torch.Tensor], cfg: ModelConfig, spe
     tmp = folder / f".{WEIGHTS}.tmp-{os.getpid()}"
     torch.save(plain, tmp)
     os.replace(tmp, folder / WEIGHTS)
+    return folder
+
+
+def save_model(model: nn.Module | dict[str, torch.Tensor], cfg: ModelConfig, spec: FeatureSpec,
+               folder: str | Path) -> Path:
+    """Write the model folder (see module docstring); returns it."""
+    folder = save_weights(model, folder)
     (folder / CONFIG).write_text(json.dumps(asdict(cfg), indent=2))
     (folder / SPEC).write_text(json.dumps(spec.to_dict(), indent=2))
-    digests = {name: _sha256(folder / name) for name in FILES}
-    (folder / DIGESTS).write_text(json.dumps(digests, indent=2, sort_keys=True) + "\n")
+    write_digests(folder)
     return folder
 
 
@@ -89,13 +94,32 @@ def model_folder(path: str | Path) -> Path:
     return path
 
 
-def verify(folder: str | Path) -> str:
+def write_digests(folder: str | Path, files: tuple[str, ...] = FILES) -> None:
+    folder = Path(folder)
+    digests = {name: _sha256(folder / name) for name in files}
+    (folder / DIGESTS).write_text(json.dumps(digests, indent=2, sort_keys=True) + "\n")
+
+
+def load_weights(folder: str | Path) -> dict[str, torch.Tensor]:
+    """The folder's weights.pt as a plain tensor state dict, read weights-only."""
+    path = Path(folder) / WEIGHTS
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - an unpickling refusal, a truncated file...
+        raise ModelStoreError(f"{path}: not a plain tensor state dict, refused by the "
+                              f"weights-only loader ({type(exc).__name__}: {str(exc)[:300]})") from exc
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ModelStoreError(f"{path}: not a state dict of tensors")
+    return state
+
+
+def verify(folder: str | Path, files: tuple[str, ...] = FILES) -> str:
     """Check every file against digests.json; returns the weights' sha256."""
     folder = Path(folder)
-    missing = [name for name in FILES if not (folder / name).is_file()]
+    missing = [name for name in files if not (folder / name).is_file()]
     if missing:
-        raise ModelStoreError(f"{folder}: not a model folder: missing {missing} (expected {list(FILES)})")
-    actual = {name: _sha256(folder / name) for name in FILES}
+        raise ModelStoreError(f"{folder}: not a model folder: missing {missing} (expected {list(files)})")
+    actual = {name: _sha256(folder / name) for name in files}
     if not (folder / DIGESTS).is_file():
         log.warning("%s: no %s (saved before digests existed): loading without a digest check, "
                     "weights-only", folder, DIGESTS)
@@ -104,7 +128,7 @@ def verify(folder: str | Path) -> str:
         expected = json.loads((folder / DIGESTS).read_text())
     except ValueError as exc:
         raise ModelStoreError(f"{folder / DIGESTS}: not valid JSON ({exc})") from exc
-    for name in FILES:
+    for name in files:
         if expected.get(name) != actual[name]:
             raise ModelStoreError(
                 f"{folder / name}: sha256 {actual[name][:16]}... does not match {DIGESTS} "
@@ -119,13 +143,7 @@ def load_state(folder: str | Path) -> tuple[dict[str, torch.Tensor], ModelConfig
 
     folder = model_folder(folder)
     digest = verify(folder)
-    try:
-        state = torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - an unpickling refusal, a truncated file...
-        raise ModelStoreError(f"{folder / WEIGHTS}: not a plain tensor state dict, refused by the "
-                              f"weights-only loader ({type(exc).__name__}: {str(exc)[:300]})") from exc
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ModelStoreError(f"{folder / WEIGHTS}: not a state dict of tensors")
+    state = load_weights(folder)
     cfg = from_dict(ModelConfig, json.loads((folder / CONFIG).read_text()))
     spec = FeatureSpec.from_dict(json.loads((folder / SPEC).read_text()))
     return state, cfg, spec, digest
@@ -195,7 +213,8 @@ def resolve(source: str | Path, tracking_uri: str | None = None) -> tuple[Path, 
     return model_folder(folder), version, run_id
 
 
-def log_model(folder: str | Path, *, name: str = MODEL_DIR, registered_name: str | None = None) -> str:
+def log_model(folder: str | Path, *, name: str = MODEL_DIR, registered_name: str | None = None,
+              files: tuple[str, ...] = FILES) -> str:
     """Log a saved model folder into the active MLflow run as a logged model (its files
     only: no pickle), optionally registering it; returns the model URI
     (``models:/<model_id>``), which ``runs:/<run_id>/<name>`` also resolves to."""
@@ -203,7 +222,7 @@ def log_model(folder: str | Path, *, name: str = MODEL_DIR, registered_name: str
     from mlflow import MlflowClient
 
     folder = model_folder(folder)
-    verify(folder)
+    verify(folder, files)
     run = mlflow.active_run()
     if run is None:
         raise RuntimeError("log_model needs an active MLflow run")

@@ -65,15 +65,14 @@ def champion_teacher() -> dict:
 def score_student(model_uri: str, surface: str, eval_features: str, feast_repo: str,
                   preset: str = "pipeline") -> dict[str, float]:
     """Click AUC / NE / calibration of a registered student on the surface's holdout."""
-    import mlflow.pytorch
-
     from gem_app.stages.distill import distill_config, gate_metrics, student_tables
+    from students.store import load_student
     from students.train import evaluate, predict
 
     cfg = distill_config(preset, surface)
     _, (holdout, _) = student_tables(cfg, None, eval_features, feast_repo)
     part = holdout.subset(holdout.surface == list(holdout.surfaces).index(surface))
-    model = mlflow.pytorch.load_model(model_uri, map_location="cpu")
+    model = load_student(model_uri)
     metrics = evaluate(predict(model, part), part, list(holdout.surfaces), list(holdout.tasks))
     return gate_metrics({k.replace(f"/{surface}/", "/"): v for k, v in metrics.items() if f"/{surface}/" in k})
 
@@ -82,16 +81,16 @@ def student_roc(model_uri: str, surface: str, eval_features: str, feast_repo: st
                 points: int = 200) -> dict[str, list[float]]:
     """The ROC curve (click task) of a registered student on its surface's holdout, the
     same predictions ``score_student`` scores, thinned to at most ``points`` points."""
-    import mlflow.pytorch
     import numpy as np
 
     from gem_app.stages.distill import GATE_TASK, distill_config, student_tables
+    from students.store import load_student
     from students.train import predict
 
     cfg = distill_config(preset, surface)
     _, (holdout, _) = student_tables(cfg, None, eval_features, feast_repo)
     part = holdout.subset(holdout.surface == list(holdout.surfaces).index(surface))
-    model = mlflow.pytorch.load_model(model_uri, map_location="cpu")
+    model = load_student(model_uri)
     task = list(holdout.tasks).index(GATE_TASK)
     scores = predict(model, part)[:, task].detach().numpy().astype(np.float64)
     labels = part.labels[:, task].detach().numpy() > 0.5
@@ -112,14 +111,13 @@ def holdout_predictions(model_uris: dict[str, str], surface: str, eval_features:
     """The surface's holdout rows and each registered model's click probabilities on them
     (same rows, same order): ``(part, {who: probs})``. Teacher embeddings are joined (at
     the preset's knowledge cadence) only when a model reads them."""
-    import mlflow.pytorch
-
     from gem_app.stages.distill import GATE_TASK, distill_config
     from students.data import attach_knowledge, load_table
+    from students.store import load_student
     from students.train import predict
 
     cfg = distill_config(preset, surface)
-    models = {who: mlflow.pytorch.load_model(uri, map_location="cpu") for who, uri in model_uris.items()}
+    models = {who: load_student(uri) for who, uri in model_uris.items()}
     table, _ = load_table(eval_features, cfg.student)
     if any(m.teacher_emb_dim for m in models.values()):
         table = attach_knowledge(table, feast_repo, predictions=False, embeddings=True,

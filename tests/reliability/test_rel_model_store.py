@@ -106,3 +106,25 @@ def test_training_does_not_import_knowledge():
     assert out.strip() == "False"
     source = open(__import__("gem.training.trainer", fromlist=["x"]).__file__).read()
     assert "gem.knowledge" not in source
+
+
+def test_a_student_is_stored_as_tensors_and_json_and_an_altered_file_is_refused(tmp_path):
+    import torch
+
+    from gem.model.store import WEIGHTS, ModelStoreError
+    from students.config import StudentModelConfig
+    from students.model import VerticalStudent
+    from students.store import STUDENT_FILES, load_student, save_student
+
+    torch.manual_seed(0)
+    student = VerticalStudent(StudentModelConfig(), {"user_id": 7, "item_id": 11, "item_format": 3}, 2,
+                              teacher_emb_dim=4, num_surfaces=2)
+    folder = save_student(student, tmp_path / "student")
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*STUDENT_FILES, "digests.json"])
+    loaded = load_student(folder)
+    assert loaded.keys == student.keys  # the input columns keep their order
+    for (k, a), (_, b) in zip(student.state_dict().items(), loaded.state_dict().items(), strict=True):
+        assert torch.equal(a, b), k
+    (folder / WEIGHTS).write_bytes((folder / WEIGHTS).read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(ModelStoreError, match="sha256"):
+        load_student(folder)
