@@ -95,8 +95,8 @@ class TrainJobOptions:
     pvc: str = "gem-workspace"
     mount: str = "/workspace"
     gpu_resource: str = "nvidia.com/gpu"
-    cpu: str = "8"  # per node
-    memory: str = "32Gi"
+    cpu: str = "2"  # per node: make run's pretraining (1.7 peak cores, 2.1 GB); production sizes in
+    memory: str = "3Gi"  # deploy/cluster-settings.yaml
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict] = field(default_factory=list)
     image_pull_secrets: list[str] = field(default_factory=list)

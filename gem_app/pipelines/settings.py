@@ -62,21 +62,22 @@ def quantity(text: str | int | float) -> float:
 @dataclass(kw_only=True)
 class StageResources:
     """Resources by stage profile, sized from what the stages use in `make run` (the
-    small preset): see benchmarks/results/pipeline.json (`usage.*` figures)."""
+    small preset): about 1.2-2x each profile's measured peak memory
+    (benchmarks/results/pipeline.json, `usage.*`); limits leave room for larger data."""
 
-    light: Resources = field(default_factory=lambda: Resources(cpu="250m", memory="1Gi", memory_limit="2Gi"))
-    ingest: Resources = field(default_factory=lambda: Resources(cpu="1", memory="2Gi", memory_limit="8Gi"))
-    plan: Resources = field(default_factory=lambda: Resources(cpu="500m", memory="1Gi", memory_limit="4Gi"))
-    shard: Resources = field(default_factory=lambda: Resources(cpu="500m", memory="1Gi", memory_limit="4Gi"))
-    finalize: Resources = field(default_factory=lambda: Resources(cpu="500m", memory="1Gi", memory_limit="4Gi"))
-    feast: Resources = field(default_factory=lambda: Resources(cpu="1", memory="2Gi", memory_limit="8Gi"))
+    light: Resources = field(default_factory=lambda: Resources(cpu="250m", memory="768Mi", memory_limit="2Gi"))
+    ingest: Resources = field(default_factory=lambda: Resources(cpu="1", memory="1Gi", memory_limit="8Gi"))
+    plan: Resources = field(default_factory=lambda: Resources(cpu="500m", memory="768Mi", memory_limit="4Gi"))
+    shard: Resources = field(default_factory=lambda: Resources(cpu="500m", memory="512Mi", memory_limit="4Gi"))
+    finalize: Resources = field(default_factory=lambda: Resources(cpu="500m", memory="512Mi", memory_limit="4Gi"))
+    feast: Resources = field(default_factory=lambda: Resources(cpu="1", memory="1536Mi", memory_limit="8Gi"))
     # the train task when it trains itself (launcher local / torchrun:N)
     pretrain: Resources = field(default_factory=lambda: Resources(cpu="2", memory="4Gi", memory_limit="16Gi", gpu=1))
     # the train task when it only creates and polls a TrainJob (then gates the new teacher)
-    launch: Resources = field(default_factory=lambda: Resources(cpu="500m", memory="2Gi", memory_limit="8Gi"))
+    launch: Resources = field(default_factory=lambda: Resources(cpu="500m", memory="1536Mi", memory_limit="8Gi"))
     knowledge: Resources = field(default_factory=lambda: Resources(cpu="1", memory="2Gi", memory_limit="8Gi"))
-    distill: Resources = field(default_factory=lambda: Resources(cpu="1", memory="2Gi", memory_limit="8Gi"))
-    gate: Resources = field(default_factory=lambda: Resources(cpu="1", memory="2Gi", memory_limit="8Gi"))
+    distill: Resources = field(default_factory=lambda: Resources(cpu="1", memory="1536Mi", memory_limit="8Gi"))
+    gate: Resources = field(default_factory=lambda: Resources(cpu="1", memory="1536Mi", memory_limit="8Gi"))
 
 
 # component name -> resource profile (the train task's profile depends on the launcher)

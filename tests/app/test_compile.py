@@ -318,7 +318,7 @@ def test_cluster_settings_reject_unknown_keys_and_a_workspace_off_the_volume():
     with pytest.raises(ValueError, match="must lie under the volume"):
         ClusterSettings(workspace="/data/gem")
     shard = load_cluster_settings(overrides=["resources.shard.cpu=2"]).resources.shard
-    assert (shard.cpu, shard.memory, shard.memory_limit) == ("2", "1Gi", "4Gi")  # the rest of the profile kept
+    assert (shard.cpu, shard.memory, shard.memory_limit) == ("2", "512Mi", "4Gi")  # the rest of the profile kept
     with pytest.raises(ValueError, match="limit 4Gi below the request 8Gi"):
         load_cluster_settings(overrides=["resources.shard.memory=8Gi"])
     os.environ.pop(OPTIONS_ENV, None)
