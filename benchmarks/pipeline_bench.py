@@ -28,6 +28,7 @@ from pathlib import Path
 from benchmarks.results import print_table, write_result
 from gem.config import load_config
 from gem.data.simulate import SimulatorConfig, simulate
+from gem_app.pipelines.local import PRESETS
 
 
 def stage_seconds(workspace: Path, run_prefix: str) -> dict[str, float]:
@@ -103,10 +104,9 @@ def main() -> None:
         figures.update(usage_figures(load_tasks(args.usage_from)))
         if args.two_nodes:
             figures.update(two_node_figures())
-        cfg = load_config(SimulatorConfig, section="simulator", preset=PRESETS_SIM[args.preset])
+        cfg = load_config(SimulatorConfig, section="simulator", preset=PRESETS[args.preset]["sim_preset"])
         return _write(figures, args, cfg)
     from benchmarks.pipeline_usage import summarize, watch
-    from gem_app.pipelines.local import PRESETS
     from gem_app.refresh.cycle import dataset_until, run_cycle
 
     figures = previous_figures()
@@ -136,9 +136,6 @@ def main() -> None:
     if args.two_nodes:
         figures.update(two_node_figures())
     _write(figures, args, cfg)
-
-
-PRESETS_SIM = {"tiny": "tiny", "small": "small"}  # gem_app.pipelines.local.PRESETS[...]["sim_preset"]
 
 
 def _write(figures: dict, args, cfg) -> None:

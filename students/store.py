@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from gem.model.store import WEIGHTS, ModelStoreError, load_weights, resolve, save_weights, verify, write_digests
+from gem.model.store import WEIGHTS, load_weights, resolve, save_weights, verify, write_digests
 from students.model import VerticalStudent
 
 STUDENT_CONFIG = "student_config.json"
@@ -40,9 +40,7 @@ def load_student(source: str | Path, tracking_uri: str | None = None) -> Vertica
     from students.config import StudentModelConfig
 
     folder, _, _ = resolve(source, tracking_uri)
-    if not (folder / STUDENT_CONFIG).is_file():
-        raise ModelStoreError(f"{source}: no {STUDENT_CONFIG}: not a student saved by students.store")
-    verify(folder, STUDENT_FILES)
+    verify(folder, STUDENT_FILES)  # a folder without student_config.json is refused here
     args = json.loads((folder / STUDENT_CONFIG).read_text())
     model = VerticalStudent(from_dict(StudentModelConfig, args["cfg"]), dict(args["cardinalities"]), args["num_dense"],
                             args["teacher_emb_dim"], args["num_surfaces"])

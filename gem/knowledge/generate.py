@@ -38,7 +38,7 @@ from gem.features.loader import FeatureLoader, read_manifest
 from gem.features.storage import atomic_dir, write_json_atomic, write_parquet
 from gem.knowledge.config import KnowledgeConfig
 from gem.knowledge.teacher import Teacher, load_teacher, teacher_outputs
-from gem.knowledge.windows import example_keys, in_window, select_shards, window_bounds
+from gem.knowledge.windows import example_keys, select_shards, window_bounds
 from gem.protocol import Split
 from gem.utils.outputs import check_output, json_format, write_marker
 
@@ -146,8 +146,7 @@ def knowledge_tables(out: dict[str, np.ndarray], keys: pd.DataFrame, tags: dict[
 def _narrowed(features_dir: str | Path, start: str, end: str) -> dict:
     """Loader options that keep only the examples in [start, end) when that is narrower
     than the build's window (a wide shard spans days on both sides of it)."""
-    window = read_manifest(features_dir)["window"]
-    if (start, end) == (parse_utc(window["start"]).isoformat(), parse_utc(window["end"]).isoformat()):
+    if (start, end) == window_bounds(features_dir):
         return {}
     cuts = tuple(int(parse_utc(t).timestamp() * 1_000_000) for t in (start, end))
     return {"split": Split(cuts=cuts), "part": "validation"}  # the middle part: [start, end)
@@ -178,8 +177,7 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
     out = run_teacher(teacher, loader, cfg.precision)
     seconds = time.perf_counter() - started
     spec = loader.spec
-    keys = in_window(example_keys(features_dir, shards), w_start, w_end)  # wide shards reach outside it
-    tables = knowledge_tables(out, keys, tags, spec.surfaces, spec.tasks)
+    tables = knowledge_tables(out, example_keys(features_dir, shards), tags, spec.surfaces, spec.tasks)
     if not cfg.embeddings:
         tables = {PREDICTIONS: tables[PREDICTIONS]}
     n = tables[PREDICTIONS].num_rows

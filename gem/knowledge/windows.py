@@ -26,7 +26,7 @@ def select_shards(features_dir: str | Path, start: str | None = None, end: str |
     """Names of the shards with a day in [start, end) (UTC ISO dates or times). A shard
     spans ``days`` days from its first ``day`` (wide shards of a sparse log), so it is
     picked when any of them overlaps the window; its rows outside are the caller's to drop
-    (``in_window``)."""
+    (generate_knowledge reads them through a time-cut split)."""
     manifest = read_manifest(features_dir)
     lo = parse_utc(start) if start else None
     hi = parse_utc(end) if end else None
@@ -38,12 +38,6 @@ def select_shards(features_dir: str | Path, start: str | None = None, end: str |
         if (lo is None or last > lo) and (hi is None or first < hi):
             out.append(shard["name"])
     return out
-
-
-def in_window(keys: pd.DataFrame, start: str, end: str) -> pd.DataFrame:
-    """The impressions of ``example_keys`` whose event time is in [start, end)."""
-    ts = keys["event_timestamp"]
-    return keys[(ts >= pd.Timestamp(start)) & (ts < pd.Timestamp(end))].reset_index(drop=True)
 
 
 def window_bounds(features_dir: str | Path, start: str | None = None, end: str | None = None) -> tuple[str, str]:

@@ -188,3 +188,20 @@ def test_the_knowledge_stage_covers_a_lead_so_the_first_student_day_reads_embedd
             assert ts.max() < pd.Timestamp(WINDOWS["teacher"][1], tz="UTC")  # only the lead's rows
     assert not np.abs(read[False]).any()  # nothing written before the student window's midnight
     assert (np.abs(read[True]).sum(axis=1) > 0).mean() > 0.5  # most users read an embedding
+
+
+def test_a_window_inside_a_shard_gets_only_its_own_examples(world, tmp_path):
+    """start/end narrower than the build's window (here inside its shards): the teacher
+    runs, and knowledge is written, for exactly the window's impressions."""
+    lo, hi = WINDOWS["teacher"]
+    day2 = "2026-01-02"
+    manifest = generate_knowledge(world.teacher_uri, world.features["teacher"], tmp_path / "k", start=day2,
+                                  tracking_uri=world.tracking_uri)
+    predictions = pq.read_table(tmp_path / "k" / PREDICTIONS).to_pandas()
+    keys = example_keys(world.features["teacher"])
+    expected = keys[keys["event_timestamp"] >= pd.Timestamp(day2, tz="UTC")]
+    assert 0 < len(expected) < len(keys)  # the window is narrower than the build
+    assert sorted(predictions["example_id"]) == sorted(expected["example_id"])
+    assert manifest["counts"]["examples"] == len(expected)
+    assert manifest["window"]["start"].startswith(day2) and manifest["window"]["end"].startswith(hi)
+    assert lo < day2
