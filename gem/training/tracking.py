@@ -289,6 +289,9 @@ class Tracker:
         from gem.model.store import log_model
 
         mlflow.set_tracking_uri(self.uri)
+        # the run's own experiment: one set earlier in this process (another store, another
+        # experiment) would make start_run refuse the run id
+        mlflow.set_experiment(experiment_id=mlflow.MlflowClient(self.uri).get_run(run_id).info.experiment_id)
         # Active here too while logging (MLflow links the logged model to the active run);
         # leaving it marks the run finished, and the worker's ``end`` sets the final status.
         with mlflow.start_run(run_id=run_id):

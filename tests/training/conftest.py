@@ -34,8 +34,15 @@ def single_run(tmp_path_factory):
     from gem.training.config import load_train_config
     from gem.training.trainer import train
 
+    import mlflow
+
     out = tmp_path_factory.mktemp("single")
     os.environ["GEM_CACHE_DIR"] = str(out / "cache")
+    # this process used another store first and left its second experiment active (an id
+    # the training store's experiment does not have): training must still log its model
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path_factory.mktemp('other') / 'mlflow.db'}")
+    mlflow.create_experiment("first")
+    mlflow.set_experiment("second")
     cfg, model_cfg = load_train_config("tiny", ["system_metrics=false", "sharding.ec=row_wise"])
     result = train("synthetic://512", out, cfg, model_cfg, eval_features="synthetic://256")
     return out, result, cfg, model_cfg
