@@ -85,6 +85,57 @@ def cut_windows(data: str | Path, cuts: list[str]) -> Windows:
                    end=points[3].isoformat())
 
 
+class WindowError(ValueError):
+    """A protocol window the data cannot fill: no example, or examples of one label only."""
+
+
+def _us(iso: str) -> int:
+    from gem.data.contract import parse_utc
+
+    return int(round(parse_utc(iso).timestamp() * 1_000_000))
+
+
+def check_windows(data: str | Path, windows: Windows, asked: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """The surfaces students can be made for, and warnings. Every window must hold
+    clicked and unclicked examples (the teacher learns, the students learn, the holdout
+    ranks), else a WindowError that says how many examples the data has a day and how to
+    widen the windows. A surface without both labels in the student or the holdout
+    window gets no student (a warning), or fails when ``asked`` names it."""
+    from gem.data.profile import SurfaceError, profile_dataset
+
+    bounds = {"teacher": (windows.start, windows.teacher_end), "student": (windows.teacher_end, windows.student_end),
+              "holdout": (windows.student_end, windows.end)}
+    profiles = {name: profile_dataset(data, start_us=_us(lo), end_us=_us(hi)) for name, (lo, hi) in bounds.items()}
+    for name, prof in profiles.items():
+        n, c = sum(prof.examples.values()), sum(prof.clicks.values())
+        if n == 0 or c in (0, n):
+            whole = profile_dataset(data)
+            total = sum(whole.examples.values())
+            per_day = total / max(whole.span_days, 1)
+            lo, hi = bounds[name]
+            raise WindowError(
+                f"{data}: the {name} window [{lo}, {hi}) holds {n} example(s), {c} clicked; a model needs clicked "
+                f"and unclicked examples there. The data has {total:,} examples over {whole.span_days} days "
+                f"({per_day:.1f} a day): widen the windows (pipeline run --student-days N --holdout-days N) or "
+                f"give the cut points (--cut TEACHER_END --cut STUDENT_END)")
+    usable, warnings = [], []
+    for surface in profiles["teacher"].declared_surfaces:
+        short = [name for name in ("student", "holdout")
+                 if not 0 < profiles[name].clicks.get(surface, 0) < profiles[name].examples.get(surface, 0)]
+        if not short:
+            usable.append(surface)
+        elif any(profiles[name].examples.get(surface, 0) for name in profiles):
+            warnings.append(f"surface {surface!r} has no clicked and unclicked examples in the {' and '.join(short)} "
+                            f"window(s): no student for it")
+    if asked:
+        missing = [s for s in asked if s not in usable]
+        if missing:
+            raise SurfaceError(f"surface(s) {missing} cannot get a student: the student and holdout windows hold "
+                               f"clicked and unclicked examples only on {usable}")
+        usable = [s for s in usable if s in asked]
+    return usable, warnings
+
+
 # -- explicit splits from outside: time cut points or a file of example ids -------------
 
 SPLIT_PARTS = ("train", "validation", "test")

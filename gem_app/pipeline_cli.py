@@ -31,7 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--surfaces", default="", help="comma-separated surfaces (default: every surface the data has)")
     run.add_argument("--cut", action="append", default=[], metavar="ISO",
                      help="twice: the teacher window ends at the first cut point, the students' at the second "
-                          "(the holdout runs to the data's end); default: the last two days")
+                          "(the holdout runs to the data's end); default: the last days (below)")
+    run.add_argument("--student-days", type=int, default=1, help="days of the students' window (default 1)")
+    run.add_argument("--holdout-days", type=int, default=1, help="days of the holdout window, the last (default 1)")
     run.set_defaults(func=_run)
     comp = actions.add_parser("compile", help="compile gem_pipeline and refresh_pipeline to IR YAML")
     comp.add_argument("--out", type=Path, default=Path("pipelines/compiled"))
@@ -55,6 +57,17 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if args.cut:
         params["cuts"] = list(args.cut)
+    else:
+        params["student_days"], params["holdout_days"] = args.student_days, args.holdout_days
+    if params["data"] and params["surfaces"]:  # before any work: a surface the data lacks
+        from gem.data.profile import SurfaceError
+        from gem_app.stages.ingest import check_surfaces
+
+        try:
+            check_surfaces(params["data"], params["surfaces"])
+        except SurfaceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     workspace = Path(args.workspace).resolve()
     print(f"gem pipeline: {params['data'] or 'simulator data (' + params['sim_preset'] + ')'} -> {workspace}"
           f"  (each step's log: {workspace / 'logs'})", flush=True)

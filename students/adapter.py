@@ -112,9 +112,20 @@ def newest(table: StudentTable, periods: int, period_days: float) -> StudentTabl
     """The rows in the last ``periods`` periods of the table's window: ``[end - periods *
     period_days, end)`` where ``end`` is the table's window end (``window_us``), or just
     after its last impression when it carries no window. Periods are counted back from
-    the window's own end, never aligned to multiples of ``period_days`` from the epoch."""
-    end = table.window_us[1] if table.window_us else int(table.event_time_us.max()) + 1
-    span_us = int(round(periods * period_days * 86_400 * 1e6))
-    out = table.subset((table.event_time_us >= end - span_us) & (table.event_time_us < end))
+    the window's own end, never aligned to multiples of ``period_days`` from the epoch.
+    When those periods hold no clicked impression (sparse data: a weekly log's last day
+    is often empty), one more period is taken at a time, back to the window's start:
+    the adapter is fit on the newest periods that hold labels to learn from."""
+    t = table.event_time_us
+    end = table.window_us[1] if table.window_us else int(t.max()) + 1
+    start = table.window_us[0] if table.window_us else int(t.min())
+    period_us = int(round(period_days * 86_400 * 1e6))
+    span_us = periods * period_us
+    while True:
+        rows = (t >= end - span_us) & (t < end)
+        if float(table.labels[rows, 0].sum()) >= 1 or end - span_us <= start:
+            break
+        span_us += period_us
+    out = table.subset(rows)
     out.window_us = (end - span_us, end)
     return out

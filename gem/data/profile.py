@@ -76,13 +76,26 @@ class DataProfile:
 
 
 def _column(table: pa.Table, name: str, default) -> np.ndarray:
-    if name not in table.column_names:
+    if name not in table.column_names or pa.types.is_null(table.column(name).type):  # absent, or all null
         return np.full(table.num_rows, default)
     return pc.fill_null(table.column(name), default).to_numpy(zero_copy_only=False)
 
 
-def profile_dataset(data_dir: str | Path, *, end_us: int | None = None) -> DataProfile:
-    """Scan the events of ``data_dir`` (only those before ``end_us`` when given)."""
+def _day_of(path: Path) -> int | None:
+    """Days since 1970 of an event file's ``day=YYYY-MM-DD`` folder (the contract puts
+    every event in its own day's folder; the validator quarantines the rest)."""
+    import datetime as dt
+
+    name = path.parent.name
+    try:
+        return (dt.date.fromisoformat(name.split("=", 1)[1]) - dt.date(1970, 1, 1)).days
+    except (IndexError, ValueError):
+        return None
+
+
+def profile_dataset(data_dir: str | Path, *, start_us: int | None = None, end_us: int | None = None) -> DataProfile:
+    """Scan the events of ``data_dir`` (only those in [start_us, end_us) when given;
+    files of days outside that window are not read)."""
     data_dir = Path(data_dir)
     manifest = Manifest.read(data_dir)
     declared = list(manifest.surfaces)
@@ -93,12 +106,20 @@ def profile_dataset(data_dir: str | Path, *, end_us: int | None = None) -> DataP
     delayed, roles = 0, {}
     days: set[int] = set()
     for path in event_files(data_dir):
+        day = _day_of(path)
+        if day is not None and ((start_us is not None and (day + 1) * US_PER_DAY <= start_us)
+                                or (end_us is not None and day * US_PER_DAY >= end_us)):
+            continue
         names = set(pq.ParquetFile(path).schema_arrow.names)
         wanted = ("surface", "is_ad", "click", "conversion", "event_time", "click_time", "role")
         cols = [c for c in wanted if c in names]
         table = pq.read_table(path, columns=cols)
         t = table.column("event_time").cast(TIMESTAMP).cast(pa.int64()).to_numpy(zero_copy_only=False)
-        keep = np.ones(len(t), bool) if end_us is None else t < end_us
+        keep = np.ones(len(t), bool)
+        if start_us is not None:
+            keep &= t >= start_us
+        if end_us is not None:
+            keep &= t < end_us
         if not keep.any():
             continue
         surface = pc.index_in(table.column("surface"), value_set=pa.array(declared))

@@ -53,6 +53,7 @@ from gem.features.validation import checked_dataset
 from gem.features.vocab import VOCAB_DIR, VOCAB_NAMES, Vocabularies, build_vocabularies
 from gem.utils.outputs import claim_output, json_format
 from gem.utils.pool import process_pool
+from gem.utils.progress import warning
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +106,8 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
     example_days, period_days = shard_periods(window_days(start_us, end_us), sizes, days_per_shard=cfg.days_per_shard,
                                               shard_events=cfg.shard_events, num_buckets=cfg.num_buckets)
     profile = profile_dataset(data_dir)  # the whole dataset's: every window of it gets the same spec
-    for warning in profile.warnings:
-        log.warning("features: %s", warning)
+    for text in profile.warnings:
+        log.warning("features: %s", text)
     if not profile.surfaces:
         raise ValueError(f"{data_dir}: no event on any of the manifest's surfaces {profile.declared_surfaces}")
     plan = BuildPlan(
@@ -184,8 +185,8 @@ def finalize_build(plan: BuildPlan, cfg: FeaturesConfig, *, previous_report: str
     previous = read_report(previous_report) if previous_report else None
     report = build_report(stats, window=window, max_seq_len=plan.max_seq_len, previous=previous)
     report["warnings"] = report_warnings(report, plan.data_warnings)
-    for warning in report["warnings"]:
-        log.warning("features report: %s", warning)
+    for text in report["warnings"]:
+        warning(f"features report: {text}")
     write_json_atomic(report, out / REPORT_FILE)
     manifest = _manifest(plan, cfg, spec, keys, stats, window)
     write_json_atomic(manifest, out / MANIFEST)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the orders the features loader reads shards in (here, not in the loader: configs check
+# them without importing torch)
+SHARD_ORDERS = ("random", "time")
+
 
 @dataclass(kw_only=True)
 class FeaturesConfig:

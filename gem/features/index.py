@@ -67,7 +67,7 @@ def runs(h: dict[str, np.ndarray], n_max: int) -> BucketIndex:
     run = np.cumsum(start == idx) - 1
     ex = np.flatnonzero(h["example"])
     with_examples, first = np.unique(run[ex], return_index=True)
-    last = np.concatenate([first[1:], [len(ex)]]).astype(np.int64) - 1
+    last = np.concatenate([first[1:], [len(ex)]]).astype(np.int64)[:len(first)] - 1  # none: a bucket without examples
     n_runs = int(run[-1]) + 1 if n else 0
     lo, hi = np.full(n_runs, n, dtype=np.int64), np.full(n_runs, -1, dtype=np.int64)
     # n_max visible events before the first example's history end

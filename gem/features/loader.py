@@ -48,6 +48,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from gem.data.batch import Batch, FeatureSpec
 from gem.data.contract import MANIFEST
+from gem.features.config import SHARD_ORDERS
 from gem.features.jagged import ragged_arange
 from gem.features.segments import (
     BEFORE_COLUMNS,
@@ -69,7 +70,6 @@ _SELECTIONS: dict[tuple, tuple[list[np.ndarray], list[list[int]]]] = {}
 DEFAULT_CACHE_EVENTS = 4_000_000  # decoded history events kept per stream (24 bytes each)
 STATE_KEYS = ("seed", "batch_size", "num_workers", "shuffle", "shard_order", "drop_last", "shards", "digest",
               "split")
-SHARD_ORDERS = ("random", "time")
 
 
 def read_manifest(features_dir: str | Path) -> dict:

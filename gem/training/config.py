@@ -67,7 +67,7 @@ class TrainConfig:
     def validate(self) -> "TrainConfig":
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r} must be one of {PRECISIONS}")
-        from gem.features.loader import SHARD_ORDERS
+        from gem.features.config import SHARD_ORDERS
 
         if self.shard_order not in SHARD_ORDERS:
             raise ValueError(f"shard_order={self.shard_order!r} must be one of {SHARD_ORDERS}")

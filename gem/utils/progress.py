@@ -7,7 +7,7 @@
   renders them (the local pipeline runner: gem_app/pipelines/console.py);
 - ``off``: nothing.
 ``figure(name, value)`` reports one key figure of the running step the same way (a log
-line outside ``events`` mode).
+line outside ``events`` mode); ``warning(text)`` one warning.
 """
 
 from __future__ import annotations
@@ -40,6 +40,15 @@ def figure(name: str, value: object) -> None:
         emit("figure", name=name, value=value)
     else:
         log.info("%s: %s", name, value)
+
+
+def warning(text: str) -> None:
+    """Something the person running the step should see (the pipeline runner prints it
+    under the step's line, once per run; a logged warning elsewhere)."""
+    if mode() == "events":
+        emit("warning", text=text)
+    else:
+        log.warning("%s", text)
 
 
 class Progress:

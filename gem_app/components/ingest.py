@@ -7,20 +7,23 @@ from gem_app.components.base import component
 
 @component
 def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_config: str, code_version: str,
-           workspace: str, student_days: int, holdout_days: int, teacher_days: int, clean_data: Output[Dataset],
-           report: Output[Markdown]
+           workspace: str, student_days: int, holdout_days: int, teacher_days: int, surfaces: list,
+           clean_data: Output[Dataset], report: Output[Markdown]
            ) -> NamedTuple("Ingested", clean=str, clean_digest=str, start=str, teacher_end=str, student_end=str,
                            end=str, teacher_features=str, student_features=str, holdout_features=str, surfaces=list):
     """Simulate a dataset when ``data`` is empty, validate it (bad rows quarantined),
-    write the clean copy to the workspace and split the time windows. Cache key: the
-    dataset's digest (or the simulator config's), the protocol and the code version."""
+    write the clean copy to the workspace and split the time windows; ``surfaces``
+    (asked for; empty: the data's) are checked here, before any other work, and the
+    ``surfaces`` output lists those the student and holdout windows can train and rank.
+    Cache key: the dataset's digest (or the simulator config's), the protocol and the
+    code version."""
     from collections import namedtuple
 
     from gem_app.components.runtime import run_context
     from gem_app.stages.ingest import ingest as run
 
     result = run(data, workspace, sim_preset, run_context(tracking), student_days=student_days,
-                 holdout_days=holdout_days, teacher_days=teacher_days)
+                 holdout_days=holdout_days, teacher_days=teacher_days, surfaces=list(surfaces) or None)
     with open(report.path, "w") as f:
         f.write(f"# Data validation\n\n```\n{result.summary}\n```\n")
     with open(clean_data.path, "w") as f:

@@ -46,6 +46,7 @@ class _Step:
     seconds: float = 0.0
     figures: dict = field(default_factory=dict)
     bars: set = field(default_factory=set)
+    warnings: list = field(default_factory=list)
 
 
 class PipelineConsole(io.TextIOBase):
@@ -63,6 +64,7 @@ class PipelineConsole(io.TextIOBase):
         self._index = 0
         self._pending: _Step | None = None  # finished, printed when a different step starts
         self._bars: dict[str, int] = {}
+        self._warned: set[str] = set()  # each warning once per run (every window's report repeats the data's)
         self.failed: _Step | None = None
 
     # ---------------------------------------------------------------- context
@@ -162,6 +164,7 @@ class PipelineConsole(io.TextIOBase):
             self._pending.ended = max(self._pending.ended, step.ended)
             self._pending.seconds = self._pending.ended - self._pending.started
             self._pending.figures.update(step.figures)
+            self._pending.warnings += step.warnings
         else:
             self._flush_pending()
             self._pending = step
@@ -173,6 +176,10 @@ class PipelineConsole(io.TextIOBase):
         name = step.name + (f" x{step.count}" if step.count > 1 else "")
         figures = "  ".join(f"{k} {_fmt(v)}" for k, v in step.figures.items())
         self.console.print(f"[green]✓[/green] {name:<28} {step.seconds:7.1f} s  {figures}", soft_wrap=True)
+        for text in step.warnings:
+            if text not in self._warned:
+                self._warned.add(text)
+                print(f"  ! {step.name}: warning: {text}", file=sys.__stderr__, flush=True)
 
     def _print_failure(self, step: _Step) -> None:
         lines = step.log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
@@ -188,6 +195,8 @@ class PipelineConsole(io.TextIOBase):
         step = self._current
         if event["kind"] == "figure" and step is not None:
             step.figures[event["name"]] = event["value"]
+        elif event["kind"] == "warning" and step is not None:
+            step.warnings.append(event["text"])
         elif event["kind"] == "progress":
             desc = event["desc"]
             with self._lock:

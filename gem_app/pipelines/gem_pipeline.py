@@ -60,7 +60,7 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
         ingested = configure_task(ingest(
             tracking=tracking, data=data, data_digest=started.outputs["data_digest"], sim_preset=sim_preset,
             sim_config=configs["sim"], code_version=code, workspace=workspace, student_days=student_days,
-            holdout_days=holdout_days, teacher_days=teacher_days), cluster)
+            holdout_days=holdout_days, teacher_days=teacher_days, surfaces=surfaces), cluster)
         init_from, teacher_vocab, teacher_vocab_digest = "", "", ""
         if refresh:
             champion = configure_task(resolve_champion(ctx=ctx), cluster)

@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 # the sizes of every stage, by the name `pipeline run --preset` and `refresh --preset` take
 PRESETS = {
-    "tiny": {"sim_preset": "tiny", "features_preset": "tiny", "train_preset": "tiny", "student_preset": "pipeline"},
+    "tiny": {"sim_preset": "tiny", "features_preset": "smoke", "train_preset": "tiny", "student_preset": "pipeline"},
     "small": {"sim_preset": "small", "features_preset": "pipeline", "train_preset": "pipeline",
               "student_preset": "pipeline"},
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 from gem import tracking
 from gem.protocol import window_tag
 from gem.utils.digest import lineage_digest, tree_digest, value_digest
-from gem.utils.progress import figure
+from gem.utils.progress import figure, warning
 from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
 
 PLAN_RECORD = "features_plan.json"
@@ -107,6 +107,10 @@ def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_f
     record = json.loads((Path(out) / PLAN_RECORD).read_text())
     done = Reuse(Path(out) / DONE_RECORD, {k: v for k, v in record["key"].items() if k != "code"})
     if (result := done.get()) and _finished(out):
+        from gem.features.build import REPORT_FILE
+
+        for text in json.loads((Path(out) / REPORT_FILE).read_text()).get("warnings", []):
+            warning(f"features report: {text}")  # said again on every run that uses the build
         return FeaturesResult(**result)
     cfg = _config(preset, vocab_from, overrides)
     plan = BuildPlan.read(Path(out))

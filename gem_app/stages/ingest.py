@@ -8,14 +8,13 @@ local run's ingest reads them there (every local run writes or removes the file)
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gem import tracking
-from gem.protocol import cut_windows, dataset_window_tag, split_windows
+from gem.protocol import check_windows, cut_windows, dataset_window_tag, split_windows
 from gem.utils.digest import tree_digest, value_digest
-from gem.utils.progress import figure
+from gem.utils.progress import figure, warning
 from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
 
 WINDOW_NAMES = ("teacher", "student", "holdout")
@@ -50,6 +49,7 @@ class IngestResult(StageResult):
     quarantined_fraction: float
     events: int
     surfaces: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def simulate(out: str, preset: str, ctx: RunContext, overrides: list[str] | None = None) -> dict:
@@ -109,19 +109,28 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
     cuts = list(cuts) if cuts is not None else read_cuts(ws)
     protocol = {"cuts": cuts} if cuts else {"student_days": student_days, "holdout_days": holdout_days,
                                              "teacher_days": teacher_days}
+    protocol["surfaces"] = sorted(surfaces or [])
     source = {"data": tree_digest(data)} if data else {"simulator": sim_preset}
     reuse = Reuse(ws / "ingest.json", {**source, **protocol})
     if (done := reuse.get()) and (ws / "clean").is_dir() and tree_digest(ws / "clean") == done["data_digest"]:
-        return IngestResult(**done)
+        result = IngestResult(**done)
+        for text in result.warnings:  # said again on every run that uses this dataset
+            warning(text)
+        return result
     if not data:
         data = str(ws / "raw")
         simulate(data, sim_preset, ctx)
     report = validate(data, str(ws / "clean"), str(ws / "validation"), ctx)
-    windows = cut_windows(ws / "clean", cuts) if cuts else split_windows(ws / "clean", **protocol)
+    windows = cut_windows(ws / "clean", cuts) if cuts else split_windows(
+        ws / "clean", student_days=student_days, holdout_days=holdout_days, teacher_days=teacher_days)
     profile = profile_dataset(ws / "clean")  # the surfaces with events, in manifest order
     profile.require_surfaces(surfaces)
-    for warning in profile.warnings:
-        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    # students only where the student and holdout windows can train and rank (fails fast
+    # when a window holds no example or one label only)
+    planned, window_warnings = check_windows(ws / "clean", windows, surfaces)
+    warnings = [*profile.warnings, *window_warnings]
+    for text in warnings:
+        warning(text)
     # the features directories of the three windows (paths are decided here: kfp.local
     # does not resolve f-strings of pipeline parameters passed into sub-pipelines)
     result = IngestResult(
@@ -129,7 +138,7 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
         features={name: str(ws / "features" / name) for name in WINDOW_NAMES},
         summary=report.summary(), quarantined_fraction=report.quarantined_fraction,
         events=report.processed_rows.get("events", 0),
-        surfaces=list(profile.surfaces))
+        surfaces=planned, warnings=warnings)
     reuse.put(result.as_dict())
     figure("events", result.events)
     figure("quarantined", f"{result.quarantined_fraction:.2%}")

@@ -1,6 +1,7 @@
-"""The whole pipeline through kfp.local on a tiny dataset of an unusual shape (the
-simulator's events on one surface, "search", named by the data, and no conversion at
-all; surfaces and tasks come from the data):
+"""The whole pipeline through kfp.local on a tiny dataset of unusual shapes (the
+simulator's events on one surface, "search", named by the data; no conversion at all;
+users without any attribute; ids written as strings; surfaces and tasks come from the
+data):
 
 1. `python -m gem pipeline run` is SIGKILLed (whole process group) during pretraining;
 2. rerun, it reuses the finished stages (no rebuilt features) and resumes pretraining
@@ -30,7 +31,7 @@ from gem.config import load_config
 from gem.data.simulate import SimulatorConfig, simulate
 from gem.registry import EXPERIMENT, TEACHER_MODEL
 from gem_app.refresh.cycle import dataset_until
-from tests.datasets.shapes import make_shape
+from tests.datasets.shapes import make_shapes
 
 
 def _pipeline_cmd(workspace: Path, data: Path) -> list[str]:
@@ -57,7 +58,8 @@ def _kill_during_pretraining(cmd: list[str], workspace: Path, timeout: float = 6
 def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
     cfg = load_config(SimulatorConfig, section="simulator", preset="tiny", overrides=["days=5"])
     simulate(cfg, tmp_path / "simulated", progress=False)
-    data = make_shape(tmp_path / "simulated", tmp_path / "incoming", "one_surface")
+    data = make_shapes(tmp_path / "simulated", tmp_path / "incoming",
+                       ["one_surface", "users_without_attributes", "string_ids"])
     first_days = dt.date.fromisoformat(cfg.start_date) + dt.timedelta(days=3)
     view = dataset_until(data, first_days, tmp_path / "view")
     workspace = tmp_path / "ws"
@@ -76,6 +78,12 @@ def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
     assert pretrain["run_id"] == run_before  # the killed run was resumed, not restarted
     summary = json.loads((workspace / "summary.json").read_text())
     assert [r["surface"] for r in summary["surfaces"]] == ["search"]
+    ingest = json.loads((workspace / "ingest.json").read_text())["result"]
+    assert ingest["quarantined_fraction"] == 0.0  # string ids are coerced, not quarantined
+    assert json.loads(teacher_manifest.read_text())["dataset"]["data_tasks"] == ["click"]
+    warnings = json.loads((workspace / "features" / "teacher" / "report.json").read_text())["warnings"]
+    assert any("user_age_bucket" in w and "every" in w for w in warnings), warnings
+    assert "warning: features report: " in done.stderr  # the report's warnings reach the terminal
 
     # lineage: registered student -> teacher version -> teacher run -> data window and digest
     tracking.configure(workspace, experiment=EXPERIMENT)

@@ -101,9 +101,9 @@ def make_shape(base: Path, out: Path, shape: str) -> Path:
         ev["event_time"] = ev["event_time"].dt.floor("D") + dt.timedelta(hours=12)
         ev["conversion_time"] = ev["conversion_time"].where(ev["conversion_time"].isna(), ev["event_time"]
                                                             + dt.timedelta(seconds=1))
-    elif shape == "three_years":  # the same events spread over 3 years: few per day
+    elif shape == "three_years":  # the same events spread over 3 years, on every 7th day: few per day
         start = ev["event_time"].min().floor("D")
-        ev = _spread(ev, start, 3 * 365 * 86_400)
+        ev = _spread(ev, start, 3 * 365 * 86_400, every_days=7)
         manifest.window_end = (start + dt.timedelta(days=3 * 365 + 1)).isoformat()
     elif shape == "users_without_attributes":
         users = pq.read_table(out / USERS_FILE)
@@ -115,3 +115,16 @@ def make_shape(base: Path, out: Path, shape: str) -> Path:
         raise ValueError(shape)
     _rewrite(out, ev, manifest)
     return out
+
+
+def make_shapes(base: Path, out: Path, shapes: list[str]) -> Path:
+    """``base`` turned into every shape of ``shapes`` at once, applied in the given order
+    ("string_ids" must come last: it writes the ids as strings, as a raw file would)."""
+    if "string_ids" in shapes[:-1]:
+        raise ValueError("string_ids must be the last shape")
+    source = base
+    for i, shape in enumerate(shapes):
+        target = out if i == len(shapes) - 1 else out.parent / f"{out.name}.{i}-{shape}"
+        source = make_shape(source, target, shape)
+    return out
+

@@ -235,3 +235,22 @@ def test_pipeline_stages_rebuild_a_shard_or_build_of_an_older_layout(conv_datase
     old.mkdir()
     (old / MANIFEST).write_text(json.dumps({**manifest, "format": "gem-features/1"}))
     assert _finished_features(str(old)) is None
+
+
+def test_a_bucket_with_history_but_no_example_in_the_window_builds(conv_dataset, tmp_path):
+    """A narrow window over many buckets: some bucket's users have events before the
+    window and no impression inside it (a sparse multi-year log's daily windows)."""
+    events = raw_events(conv_dataset)
+    ads = events[events["is_ad"]].sort_values("event_time")
+    t0 = int(ads["event_time"].iloc[-40])  # the window holds the last 40 impressions (and a few at the same time)
+    start = np.datetime64(t0, "us").astype(str) + "+00:00"
+    end = np.datetime64(int(events["event_time"].max()) + 1, "us").astype(str) + "+00:00"
+    manifest = build_features(conv_dataset, tmp_path / "narrow", tiny_cfg(num_buckets=64), window_start=start,
+                              window_end=end)
+    expected = int((ads["event_time"] >= t0).sum())
+    assert manifest["counts"]["examples"] == expected
+    per_bucket = {}
+    for shard in manifest["shards"]:
+        per_bucket[shard["bucket"]] = per_bucket.get(shard["bucket"], 0) + shard["examples"]
+    assert 0 in per_bucket.values() or len(per_bucket) < 64  # some bucket has no example
+    assert len(collect(FeatureLoader(tmp_path / "narrow", batch_size=64, shuffle=False))) == expected

@@ -31,10 +31,10 @@ def run_ok(cmd: list[str], tmp_path: Path, timeout: int = 240) -> subprocess.Com
 @pytest.fixture(scope="session")
 def single_run(tmp_path_factory):
     """One in-process tiny run with MLflow on, shared by the tracking and parity tests."""
+    import mlflow
+
     from gem.training.config import load_train_config
     from gem.training.trainer import train
-
-    import mlflow
 
     out = tmp_path_factory.mktemp("single")
     os.environ["GEM_CACHE_DIR"] = str(out / "cache")

@@ -20,12 +20,16 @@ STUDENT = {"embedding_dim": 8, "history_len": 4, "mlp_hidden": [16, 8]}
 DAY = 86_400 * 10**6
 
 
-def _table(start: dt.datetime, days: int, per_day: int = 4) -> StudentTable:
+def _table(start: dt.datetime, days: int, per_day: int = 4, every_days: int = 1) -> StudentTable:
+    """``per_day`` impressions on every ``every_days``-th day of ``days``, one in four clicked."""
     start_us = int(start.timestamp() * 1e6)
-    t = torch.tensor([start_us + d * DAY + k * (DAY // per_day) for d in range(days) for k in range(per_day)])
+    t = torch.tensor([start_us + d * DAY + k * (DAY // per_day) for d in range(0, days, every_days)
+                      for k in range(per_day)])
     n = len(t)
+    labels = torch.zeros(n, 2)
+    labels[::4, 0] = 1.0
     table = StudentTable(sparse=torch.zeros(n, 1, dtype=torch.long), history=torch.zeros(n, 1, dtype=torch.long),
-                         dense=torch.zeros(n, 1), surface=torch.zeros(n, dtype=torch.long), labels=torch.zeros(n, 2),
+                         dense=torch.zeros(n, 1), surface=torch.zeros(n, dtype=torch.long), labels=labels,
                          example_id=torch.arange(n), event_time_us=t, user_raw=torch.arange(n),
                          item_raw=torch.arange(n))
     table.window_us = (start_us, start_us + days * DAY)
@@ -43,6 +47,20 @@ def test_adapter_newest_periods_are_the_last_days_of_the_actual_window():
     train, valid = split_at(table, table.window_us[1] - 2 * DAY)
     assert newest(train, 1, 7.0).window_us == (train.window_us[1] - 7 * DAY, train.window_us[1])
     assert int(newest(train, 1, 7.0).event_time_us.max()) < valid.window_us[0]
+
+
+def test_adapter_window_of_a_sparse_log_reaches_back_to_the_newest_labelled_day():
+    # impressions on every 7th day only: the window's last day is empty, so the newest
+    # one-day period is widened a day at a time until it holds clicked impressions
+    table = _table(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), 30, every_days=7)  # days 0, 7, ..., 28
+    table.window_us = (table.window_us[0], table.window_us[0] + 31 * DAY)  # days 29, 30 hold nothing
+    part = newest(table, 1, 1.0)
+    assert part.window_us == (table.window_us[1] - 3 * DAY, table.window_us[1])  # day 28 onwards
+    assert len(part) == 4 and float(part.labels[:, 0].sum()) == 1.0
+    unlabelled = table.subset(table.event_time_us < table.window_us[0] + 28 * DAY)
+    unlabelled.labels[:] = 0.0
+    unlabelled.window_us = table.window_us
+    assert newest(unlabelled, 1, 1.0).window_us[0] <= table.window_us[0]  # no click anywhere: the whole window
 
 
 def test_windows_must_be_disjoint_and_rows_stay_in_their_window():
