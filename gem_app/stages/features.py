@@ -99,11 +99,6 @@ def features_shard(out: str, shard: str) -> dict:
 
 def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_from: str = "",
                       overrides: list[str] | None = None) -> FeaturesResult:
-    import mlflow
-
-    from gem.features.build import finalize_build
-    from gem.features.plan import BuildPlan
-
     record = json.loads((Path(out) / PLAN_RECORD).read_text())
     done = Reuse(Path(out) / DONE_RECORD, {k: v for k, v in record["key"].items() if k != "code"})
     if (result := done.get()) and _finished(out):
@@ -112,6 +107,11 @@ def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_f
         for text in json.loads((Path(out) / REPORT_FILE).read_text()).get("warnings", []):
             warning(f"features report: {text}")  # said again on every run that uses the build
         return FeaturesResult(**result)
+    import mlflow  # here: a reused build needs neither MLflow nor the build code (seconds of imports)
+
+    from gem.features.build import finalize_build
+    from gem.features.plan import BuildPlan
+
     cfg = _config(preset, vocab_from, overrides)
     plan = BuildPlan.read(Path(out))
     window = window_tag(plan.window_start, plan.window_end)
@@ -128,23 +128,34 @@ def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_f
     return result
 
 
+MATERIALIZED_RECORD = "materialized.json"
+
+
 @dataclass(kw_only=True)
 class FeastResult(StageResult):
     repo: str
     feature_views: list[str]
 
 
-def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext) -> FeastResult:
+def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext, data_digest: str = "") -> FeastResult:
     """Export the dataset's attribute and recent-behaviour sources into a copy of the
     Feast repo (the store configuration of ``$GEM_FEAST_ENV``), apply it, and
-    materialize the online store up to ``end``."""
+    materialize the online store up to ``end``. A rerun with the same data (digest),
+    end, store configuration and code reuses the materialized repo."""
+    from gem.features.feast_repo import feast_env
+
+    env = feast_env()  # GEM_FEAST_ENV: cluster tasks get the shared stores (feature_repo/feature_store.cluster.yaml)
+    reuse = Reuse(Path(repo_dir) / MATERIALIZED_RECORD, {"data": data_digest or tree_digest(data), "end": end,
+                                                          "env": env})
+    if (done := reuse.get()) and (Path(repo_dir) / "feature_store.yaml").is_file():
+        figure("feature views", len(done["feature_views"]))
+        return FeastResult(**done)
     import mlflow
 
     from gem.data.contract import parse_utc
-    from gem.features.feast_repo import apply, copy_repo, feast_env, materialize, resolve_repo
+    from gem.features.feast_repo import apply, copy_repo, materialize, resolve_repo
     from gem.features.feast_sources import export
 
-    env = feast_env()  # GEM_FEAST_ENV: cluster tasks get the shared stores (feature_repo/feature_store.cluster.yaml)
     with tracked(ctx, "feast", tags={tracking.TAG_FEATURE_VIEWS: "user_attributes,item_attributes,recent_behavior"}):
         repo = copy_repo(None, Path(repo_dir), env=env)
         mlflow.log_param("feast_env", env)
@@ -154,7 +165,7 @@ def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext) -> Fe
         views = sorted(v.name for v in store.list_feature_views())
         mlflow.log_param("feature_views", ",".join(views))
     figure("feature views", len(views))
-    return FeastResult(repo=str(repo), feature_views=views)
+    return FeastResult(**reuse.put(FeastResult(repo=str(repo), feature_views=views).as_dict()))
 
 
 def features_lineage(features: str) -> tuple[str, str]:

@@ -36,6 +36,22 @@ def test_ingest_reruns_when_a_file_of_the_dataset_changes_in_place(tiny_dataset,
     assert second.data_digest != first.data_digest
 
 
+def test_feast_materialize_is_reused_only_for_the_same_data_and_end(tiny_dataset, tmp_path):
+    from gem.data.contract import Manifest
+    from gem.utils.digest import tree_digest
+    from gem_app.stages.features import MATERIALIZED_RECORD, feast_materialize
+
+    ctx = RunContext(pipeline_run_id="reuse", tracking_root=str(tmp_path / "ws"))
+    repo, end = tmp_path / "ws" / "feast", Manifest.read(tiny_dataset).end.isoformat()
+    digest = tree_digest(tiny_dataset)
+    first = feast_materialize(str(tiny_dataset), str(repo), end, ctx, data_digest=digest)
+    recorded = (repo / MATERIALIZED_RECORD).stat().st_mtime_ns
+    assert feast_materialize(str(tiny_dataset), str(repo), end, ctx, data_digest=digest) == first
+    assert (repo / MATERIALIZED_RECORD).stat().st_mtime_ns == recorded  # reused, not materialized again
+    feast_materialize(str(tiny_dataset), str(repo), end, ctx, data_digest="another dataset")
+    assert (repo / MATERIALIZED_RECORD).stat().st_mtime_ns != recorded
+
+
 def test_a_surface_without_holdout_clicks_is_reported_not_crashed_on():
     figures = gate_metrics({"auc/all/click": 0.6})  # no "auc/click": the surface had no positive
     assert math.isnan(figures["auc"]) and math.isnan(figures["ne"])
