@@ -50,12 +50,15 @@ def _parallel(args, cfg, work: Path) -> dict:
     tracking_uri, parent_id = start_parent(cfg, work)
     groups = _groups([d.name for d in cfg.datasets], args.jobs)
     procs = []
+    for i in range(len(groups)):
+        (work / f"part-{i}.json").unlink(missing_ok=True)
     for i, group in enumerate(groups):
         part = work / f"part-{i}.json"
-        part.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "benchmarks.transfer.bench", "--preset", args.preset, "--work", str(work),
                "--datasets", ",".join(group), "--parent-run", parent_id, "--part", str(part),
-               *[x for o in args.overrides for x in ("--set", o)], *(["--no-latency"] if args.no_latency or i else [])]
+               *[x for o in args.overrides for x in ("--set", o)], *(["--no-latency"] if args.no_latency or i else []),
+               # the serving job measures latency only once the other jobs are done
+               *[x for j in range(1, len(groups)) if i == 0 for x in ("--quiet-after", str(work / f"part-{j}.json"))]]
         procs.append((part, subprocess.Popen(cmd, env={**os.environ, "GEM_TRANSFER_JOB": "+".join(group)})))
     failed = [" ".join(p.args[-8:]) for _, p in procs if p.wait() != 0]
     if failed:
@@ -78,6 +81,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="datasets in this many processes (one thread each)")
     parser.add_argument("--parent-run", default="", help=argparse.SUPPRESS)  # a job of --jobs: its parent run
     parser.add_argument("--part", type=Path, default=None, help=argparse.SUPPRESS)  # ... and where its part goes
+    parser.add_argument("--quiet-after", type=Path, action="append", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
     job = os.environ.get("GEM_TRANSFER_JOB", "")
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {job + ' ' if job else ''}%(name)s: %(message)s",
@@ -100,8 +104,10 @@ def main() -> None:
     if args.part:  # one job of a parallel run: its datasets under the given parent run
         from gem.utils.atomic import write_json
 
-        write_json(run_datasets(cfg, args.work, args.parent_run, latency=not args.no_latency), args.part)
+        write_json(run_datasets(cfg, args.work, args.parent_run, latency=not args.no_latency,
+                                quiet_after=args.quiet_after), args.part)
         return
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         work = (args.work or Path(tmp)).resolve()
         payload = (_parallel(args, cfg, work) if args.jobs > 1 and len(cfg.datasets) > 1
@@ -109,6 +115,11 @@ def main() -> None:
     payload["skipped"] = skipped
     payload["mlflow_experiment"] = cfg.experiment
     payload["preset"] = args.preset
+    # what ran it, besides write_result's machine: students and serving run with cfg.threads
+    # torch threads per job (the parent's own count says nothing), load averages (1, 5, 15 min)
+    payload["run"] = {"jobs": args.jobs if len(cfg.datasets) > 1 else 1, "torch_threads_per_job": cfg.threads,
+                      "load_average_before": [round(x, 2) for x in load_before],
+                      "load_average_after": [round(x, 2) for x in os.getloadavg()]}
     sizes = {ds: {"period_days": next(d.period_days for d in cfg.datasets if d.name == ds), **entry["sizes"],
                   "worlds": [r["world"] for r in entry["staleness"]]}
              for ds, entry in payload["datasets"].items()}

@@ -289,21 +289,25 @@ def run_dataset(ds: DatasetConfig, cfg: ExperimentConfig, work: Path, tracking_u
 
 
 def staleness_curve(figures: dict[str, dict]) -> list[dict]:
-    """Per world (gap, then the fresh control): teacher AUC, KD and adapter lifts and the
-    adapter-minus-KD difference, with intervals."""
+    """Per world (gap, then the fresh control): teacher AUC, the KD, adapter and combined
+    lifts, the adapter-minus-KD and combined-minus-KD differences, and the combined / KD
+    ratio, with intervals."""
     rows = []
     for name, f in figures.items():
         arms = f["arms"]
         row = {"world": name, "gap_periods": None if name == "fresh" else int(name.removeprefix("gap")),
                "teacher_auc": float(np.mean([t["auc_click_surface_mean"] for t in f["teachers"].values()]))
                if f["teachers"] else None}
-        for arm in ("kd", "adapter"):
+        for arm in ("kd", "adapter", "combined"):
             if arm in arms:
                 row[f"{arm}_lift_auc"] = arms[arm]["lift_auc"]
                 row[f"{arm}_lift_ne"] = arms[arm]["lift_ne"]
-        if "adapter_vs_kd" in f["differences"]:
-            row["adapter_vs_kd_auc"] = f["differences"]["adapter_vs_kd"]["auc"]
-            row["adapter_vs_kd_ne"] = f["differences"]["adapter_vs_kd"]["ne"]
+        for diff in ("adapter_vs_kd", "combined_vs_kd"):
+            if diff in f["differences"]:
+                row[f"{diff}_auc"] = f["differences"][diff]["auc"]
+                row[f"{diff}_ne"] = f["differences"][diff]["ne"]
+        if "transfer_ratio_combined" in f["ratios"]:
+            row["transfer_ratio_combined_auc"] = f["ratios"]["transfer_ratio_combined"]["auc"]
         rows.append(row)
     return rows
 
@@ -331,9 +335,11 @@ def start_parent(cfg: ExperimentConfig, work: Path) -> tuple[str, str]:
         experiment_id, run_name="transfer-experiment").info.run_id
 
 
-def run_datasets(cfg: ExperimentConfig, work: str | Path, parent_id: str, *, latency: bool = True) -> dict:
+def run_datasets(cfg: ExperimentConfig, work: str | Path, parent_id: str, *, latency: bool = True,
+                 quiet_after: list[Path] | None = None) -> dict:
     """The datasets of ``cfg`` under an existing parent run: ``{"datasets": {name: entry},
-    "serving": {...}}`` (serving measured on the first dataset, with ``latency``)."""
+    "serving": {...}}`` (serving measured on the first dataset, with ``latency``, once the
+    files ``quiet_after`` exist: the other jobs of a parallel run are done)."""
     import mlflow
 
     from benchmarks.transfer.report import dataset_entry
@@ -354,7 +360,7 @@ def run_datasets(cfg: ExperimentConfig, work: str | Path, parent_id: str, *, lat
         if latency and i == 0:
             from benchmarks.transfer.serving import serving_benchmark
 
-            serving = serving_benchmark(res, cfg, work / ds.name)
+            serving = serving_benchmark(res, cfg, work / ds.name, quiet_after=quiet_after)
         del res  # teachers, tables and students of this dataset
     return {"datasets": entries, "serving": serving}
 

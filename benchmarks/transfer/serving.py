@@ -8,13 +8,24 @@ its peer, the Feast SDK path with the same item table (the user's rows through
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import torch
 
 
-def serving_benchmark(result: dict, cfg, work: Path) -> dict:
+def wait_quiet(others: list[Path], timeout_s: float = 3 * 3600, poll_s: float = 5.0) -> float:
+    """Wait until the other jobs of a parallel run have written their parts (they train
+    on the other cores; latency measured beside them says little). Returns the seconds
+    waited; gives up after ``timeout_s``."""
+    t0 = time.perf_counter()
+    while not all(p.is_file() for p in others) and time.perf_counter() - t0 < timeout_s:
+        time.sleep(poll_s)
+    return time.perf_counter() - t0
+
+
+def serving_benchmark(result: dict, cfg, work: Path, quiet_after: list[Path] | None = None) -> dict:
     from gem.data.contract import parse_utc
     from gem.features.feast_repo import materialize
     from students.latency import measure, measure_concurrent, repeated
@@ -46,6 +57,8 @@ def serving_benchmark(result: dict, cfg, work: Path) -> dict:
         return sc
 
     one = dict(candidates=s.candidates, now=end)
+    waited_s = wait_quiet(quiet_after or [])
+    load_before = os.getloadavg()
     try:
         t0 = time.perf_counter()
         warm = scorer("online_read")
@@ -72,4 +85,7 @@ def serving_benchmark(result: dict, cfg, work: Path) -> dict:
     return {"student": f"{s.arm}/feed ({run.teacher}, seed {min(run.models)})", "candidates": s.candidates,
             "requests": s.requests, "uncached_requests": s.uncached_requests, "repeats": s.repeats,
             "threads": s.threads, "torch_threads": 1, "materialize_s": materialize_s, "item_table_load_s": load_s,
-            "items": len(items), "paths": paths, "score_only": score_only}
+            "items": len(items), "paths": paths, "score_only": score_only,
+            "waited_for_other_jobs_s": round(waited_s, 1),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()]}

@@ -92,3 +92,35 @@ def test_run_to_run_spread_widens_the_interval():
         wide.add("kd", "t0", seed, {s: (i, shaky[i]) for s, i in surfaces.items()})
     a, b = narrow.lift("kd", "no_teacher", "auc"), wide.lift("kd", "no_teacher", "auc")
     assert b["sd_runs"] > 3 * a["sd_runs"] and (b["hi"] - b["lo"]) > (a["hi"] - a["lo"])
+
+
+def test_the_goal_is_judged_in_every_world_of_the_staleness_sweep():
+    from benchmarks.transfer.experiment import staleness_curve
+    from benchmarks.transfer.report import _goal
+
+    lift = {"mean": 0.02, "lo": 0.01, "hi": 0.03, "excludes_zero": True}
+    ratios = {"gap0": {"defined": True, "mean": 1.5, "lo": 0.9, "hi": 3.0},
+              "gap3": {"defined": True, "mean": 2.4, "lo": 1.2, "hi": 5.0},
+              "gap7": {"defined": False, "why": "denominator's interval includes zero"}}
+    figures = {name: {"teachers": {"t0": {"auc_click_surface_mean": 0.7}},
+                      "arms": {a: {"lift_auc": lift, "lift_ne": lift} for a in ("kd", "adapter", "combined")},
+                      "differences": {"combined_vs_kd": {"auc": lift, "ne": lift}},
+                      "ratios": {"transfer_ratio_combined": {"auc": r}}} for name, r in ratios.items()}
+    rows = {r["world"]: r for r in staleness_curve(figures)}
+    assert rows["gap3"]["combined_lift_auc"] == lift and rows["gap3"]["combined_vs_kd_auc"] == lift
+    assert {w: _goal(r["transfer_ratio_combined_auc"]) for w, r in rows.items()} == {
+        "gap0": False, "gap3": True, "gap7": False}  # below 2; met; a ratio that is not defined never meets it
+
+
+def test_serving_waits_for_the_other_jobs(tmp_path):
+    import threading
+    import time
+
+    from benchmarks.transfer.serving import wait_quiet
+
+    other = tmp_path / "part-1.json"
+    threading.Timer(0.3, other.write_text, args=("{}",)).start()
+    assert wait_quiet([other], timeout_s=30, poll_s=0.05) >= 0.2 and other.is_file()
+    t0 = time.perf_counter()
+    wait_quiet([tmp_path / "never.json"], timeout_s=0.2, poll_s=0.05)
+    assert time.perf_counter() - t0 < 5  # gives up
