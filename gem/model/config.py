@@ -44,6 +44,9 @@ class ModelConfig:
     tower_hidden: list[int] = field(default_factory=lambda: [32])
     encode_dim: int = 16
     dropout: float = 0.0
+    # a first-order weight per id of every sparse key, summed into the click logit (the
+    # linear part of a factorization machine: per-user and per-item biases)
+    first_order: bool = False
     # Sparse keys treated as item-side in encode(); None: guessed from the key names.
     item_features: list[str] | None = None
     # DLRM baseline only.

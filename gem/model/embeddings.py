@@ -20,6 +20,10 @@ from gem.data.batch import Batch, FeatureSpec
 
 SPARSE_TABLE_PREFIX = "t_"
 SEQUENCE_TABLE_PREFIX = "s_"
+FIRST_ORDER_TABLE_PREFIX = "w_"
+# first-order tables are this wide, their columns summed: fbgemm's fused (sharded) tables
+# want widths that are multiples of 4
+FIRST_ORDER_DIM = 4
 
 
 def sparse_table_configs(spec: FeatureSpec, dim: int) -> list[EmbeddingBagConfig]:
@@ -27,6 +31,19 @@ def sparse_table_configs(spec: FeatureSpec, dim: int) -> list[EmbeddingBagConfig
         EmbeddingBagConfig(
             name=f"{SPARSE_TABLE_PREFIX}{key}", embedding_dim=dim, num_embeddings=max(int(card), 1),
             feature_names=[key], pooling=PoolingType.SUM,
+        )
+        for key, card in spec.sparse.items()
+    ]
+
+
+def first_order_table_configs(spec: FeatureSpec) -> list[EmbeddingBagConfig]:
+    """One weight per id of every sparse key (the linear part of a factorization machine),
+    starting at 0."""
+    return [
+        EmbeddingBagConfig(
+            name=f"{FIRST_ORDER_TABLE_PREFIX}{key}", embedding_dim=FIRST_ORDER_DIM,
+            num_embeddings=max(int(card), 1), feature_names=[key], pooling=PoolingType.SUM,
+            init_fn=torch.nn.init.zeros_,
         )
         for key, card in spec.sparse.items()
     ]
@@ -49,7 +66,7 @@ class SparseArch(nn.Module):
     summed per-token sequence embeddings (N, D) aligned with ``batch.sequence_offsets()``.
     """
 
-    def __init__(self, spec: FeatureSpec, dim: int, age_buckets: int = 32) -> None:
+    def __init__(self, spec: FeatureSpec, dim: int, age_buckets: int = 32, first_order: bool = False) -> None:
         super().__init__()
         if not spec.sparse:
             raise ValueError(f"spec.sparse={spec.sparse} must name at least one sparse feature")
@@ -61,9 +78,25 @@ class SparseArch(nn.Module):
             EmbeddingCollection(tables=sequence_table_configs(spec, dim), device=torch.device("cpu"))
             if self.sequence_keys else None
         )
+        # first-order (per-id) weights added to the click logit: ``first_order(batch)``
+        self.first_order_ebc = (
+            EmbeddingBagCollection(tables=first_order_table_configs(spec), device=torch.device("cpu"))
+            if first_order else None
+        )
         self.age_buckets = age_buckets
         self.age_embedding = nn.Embedding(age_buckets, dim)
         nn.init.normal_(self.age_embedding.weight, std=0.02)
+
+    def tables(self) -> list[nn.Module]:
+        """Every torchrec collection (sharded and optimized in backward as one)."""
+        return [m for m in (self.ebc, self.ec, self.first_order_ebc) if m is not None]
+
+    def first_order(self, batch: Batch) -> torch.Tensor | None:
+        """(B,) the sum of every sparse id's first-order weight, or None when off."""
+        if self.first_order_ebc is None:
+            return None
+        pooled = self.first_order_ebc(batch.sparse).to_dict()
+        return torch.stack([pooled[k] for k in self.sparse_keys], dim=1).sum(dim=(1, 2))
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         pooled = self.ebc(batch.sparse).to_dict()

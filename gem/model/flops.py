@@ -29,8 +29,7 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
     embedding = 0
     for module in model.modules():
         if isinstance(module, SparseArch):
-            embedding += sum(p.numel() for p in module.ebc.parameters())
-            embedding += sum(p.numel() for p in module.ec.parameters()) if module.ec is not None else 0
+            embedding += sum(p.numel() for table in module.tables() for p in table.parameters())
     total = sum(p.numel() for p in model.parameters())
     return {"total": total, "embedding": embedding, "dense": total - embedding}
 

@@ -160,7 +160,10 @@ class RankingModel(nn.Module):
     def outputs(self, batch, all_surfaces: bool = False) -> tuple[ModelOutput, Encoded]:
         top, inp = self.trunk(batch)
         user, item = self.two_tower(inp.user_in, inp.item_in)
-        out, joint = self.heads(top, batch.surface, self.two_tower.score(user, item), all_surfaces)
+        click_bias = self.two_tower.score(user, item)
+        if inp.first_order is not None:
+            click_bias = click_bias + inp.first_order.to(click_bias.dtype)
+        out, joint = self.heads(top, batch.surface, click_bias, all_surfaces)
         return out, Encoded(user=user, item=item, joint=joint)
 
     def forward(self, batch, all_surfaces: bool = False) -> ModelOutput:

@@ -37,12 +37,14 @@ class Inputs:
     pooled_seq_BD: torch.Tensor
     user_in: torch.Tensor
     item_in: torch.Tensor
+    first_order: torch.Tensor | None = None  # (B,) per-id weights' sum, added to the click logit
 
 
 class InputArch(nn.Module):
-    def __init__(self, spec: FeatureSpec, dim: int, age_buckets: int, item_features: list[str] | None) -> None:
+    def __init__(self, spec: FeatureSpec, dim: int, age_buckets: int, item_features: list[str] | None,
+                 first_order: bool = False) -> None:
         super().__init__()
-        self.sparse = SparseArch(spec, dim, age_buckets)
+        self.sparse = SparseArch(spec, dim, age_buckets, first_order)
         self.dense_proj = nn.Linear(max(len(spec.dense), 1), dim)
         self.num_dense = len(spec.dense)
         self.surface_embedding = nn.Embedding(len(spec.surfaces), dim)
@@ -69,4 +71,4 @@ class InputArch(nn.Module):
         pooled = pooled / lengths_of(offsets).clamp(min=1)[:, None].to(pooled.dtype)
         user_in = torch.cat([x_BFD[:, self.user_idx].flatten(1), pooled], dim=1)
         item_in = x_BFD[:, self.item_idx].flatten(1)
-        return Inputs(tokens, seq_ND, offsets, pooled, user_in, item_in)
+        return Inputs(tokens, seq_ND, offsets, pooled, user_in, item_in, self.sparse.first_order(batch))

@@ -75,8 +75,7 @@ def close_distributed() -> None:
 def attach_embedding_optimizer(model: nn.Module, lr: float, eps: float = 1e-8) -> None:
     """Row-wise Adagrad on every torchrec table, run inside backward (fused by the sharder)."""
     for arch in (m for m in model.modules() if isinstance(m, SparseArch)):
-        tables = [arch.ebc] + ([arch.ec] if arch.ec is not None else [])
-        for module in tables:
+        for module in arch.tables():
             apply_optimizer_in_backward(RowWiseAdagrad, module.parameters(), {"lr": lr, "eps": eps})
 
 
@@ -88,8 +87,9 @@ def shard_model(model: nn.Module, env: DistEnv, *, ebc_sharding: str = "table_wi
         raise ValueError(f"ec_sharding={ec_sharding!r} must be one of {EC_SHARDING_TYPES}")
     constraints = {}
     for arch in (m for m in model.modules() if isinstance(m, SparseArch)):
-        for cfg in arch.ebc.embedding_bag_configs():
-            constraints[cfg.name] = ParameterConstraints(sharding_types=[ebc_sharding])
+        for ebc in (arch.ebc, arch.first_order_ebc):
+            for cfg in ebc.embedding_bag_configs() if ebc is not None else []:
+                constraints[cfg.name] = ParameterConstraints(sharding_types=[ebc_sharding])
         if arch.ec is not None:
             for cfg in arch.ec.embedding_configs():
                 constraints[cfg.name] = ParameterConstraints(sharding_types=[ec_sharding])

@@ -185,3 +185,28 @@ def test_heads_and_loss_take_the_click_task_alone():
     loss, per_task = multitask_loss(out, batch.labels)
     assert torch.isfinite(loss) and per_task.shape == (2,) and per_task[1] == 0
     assert dataclasses.asdict(spec)["surfaces"] == ["search"]
+
+
+@pytest.mark.parametrize("arch", ["gem", "dlrm"])
+def test_first_order_weights_start_at_zero_and_learn_per_id_biases(spec, arch):
+    from gem.training.distributed import attach_embedding_optimizer
+
+    plain = build_model(load_model_config("tiny", [f"arch={arch}"]), spec)
+    model = build_model(load_model_config("tiny", [f"arch={arch}", "first_order=true"]), spec)
+    missing, unexpected = model.load_state_dict(plain.state_dict(), strict=False)
+    assert not unexpected and missing and all("first_order_ebc" in k for k in missing)
+    batch = synthetic_batch(spec, 12, mean_len=6.0)
+    first = model.inputs.sparse.first_order(batch)
+    assert first.shape == (12,) and torch.count_nonzero(first) == 0  # zero at init: the same model as without
+    torch.testing.assert_close(model(batch).logits, plain(batch).logits)
+    counts = count_parameters(model)
+    assert counts["embedding"] == count_parameters(plain)["embedding"] + 4 * (200 + 8 + 300 + 20)
+    attach_embedding_optimizer(model, 0.1)
+    model(batch).logits[:, 0].sum().backward()  # a step that lowers every click logit: each seen id's weight falls
+    after = model.inputs.sparse.first_order(batch)
+    assert (after < 0).all()
+    user_table = model.inputs.sparse.first_order_ebc.embedding_bags["w_user_id"].weight
+    seen = batch.sparse["user_id"].values().unique()
+    unseen = torch.ones(user_table.shape[0], dtype=torch.bool)
+    unseen[seen] = False
+    assert torch.count_nonzero(user_table[unseen]) == 0 and torch.count_nonzero(user_table[seen]) > 0
