@@ -282,6 +282,14 @@ def _floats(text: str) -> list[float]:
     return [float(v) for v in text.split(",") if v]
 
 
+def _switches(text: str) -> list[bool]:
+    values = {"on": True, "off": False}
+    bad = [v for v in text.split(",") if v and v not in values]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad}: use on and/or off")
+    return [values[v] for v in text.split(",") if v]
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--protocol", choices=("days", "peers"), default="days",
@@ -319,6 +327,9 @@ def main(argv: list[str] | None = None) -> dict:
                        help="the tuning grid: each model's lr times these")
     peers.add_argument("--grid-weight-decay", type=_floats, default=[0.0],
                        help="the tuning grid: AdamW decoupled decay of the dense parameters")
+    peers.add_argument("--grid-history", type=_switches, default=[True, False],
+                       help="the tuning grid: whether the model reads the history (on,off: every deep model may "
+                            "choose to read none, on validation)")
     peers.add_argument("--model-set", action="append", default=[],
                        help="a GEM/DLRM model override KEY=VALUE (diagnostics: capacity), repeatable")
     peers.add_argument("--user-fraction", type=float, default=1.0,

@@ -291,9 +291,18 @@ def check_split(store: ExampleStore, parts: np.ndarray, info: dict) -> dict:
 class GridPoint:
     lr_scale: float = 1.0
     weight_decay: float = 0.0
+    history: bool = True  # False: the model reads no history (every sequence emptied)
 
     def name(self) -> str:
-        return f"lr_x{self.lr_scale:g}_wd{self.weight_decay:g}"
+        return f"lr_x{self.lr_scale:g}_wd{self.weight_decay:g}" + ("" if self.history else "_nohist")
+
+    def key(self) -> dict:
+        """The point in run cache keys (``history`` only when off: keys of runs made
+        before it was a grid dimension stay valid)."""
+        out = dataclasses.asdict(self)
+        if self.history:
+            del out["history"]
+        return out
 
 
 @dataclass
@@ -491,10 +500,14 @@ def run_model(model: str, store: ExampleStore, rows: dict[str, np.ndarray], *, s
     labels = store.labels[:, 0]
     if model in ("lr_ids", "item_ctr"):
         return _run_shallow(model, store, rows, labels)
-    examples = store.examples(settings.fuxictr_seq_len) if model.startswith("fuxictr") else None
+    stores = {True: store}
+    if not all(p.history for p in grid):
+        stores[False] = store.without_history()
+    examples = {h: s.examples(settings.fuxictr_seq_len) for h, s in stores.items()} \
+        if model.startswith("fuxictr") else None
 
     def one(point: GridPoint, seed: int) -> dict:
-        key = cache.key(data=data_key, model=model, point=dataclasses.asdict(point), seed=seed,
+        key = cache.key(data=data_key, model=model, point=point.key(), seed=seed,
                         settings=dataclasses.asdict(settings))
         hit = cache.get(key)
         if hit is not None:
@@ -503,8 +516,9 @@ def run_model(model: str, store: ExampleStore, rows: dict[str, np.ndarray], *, s
 
         def make(steps: int):
             if model in ("gem", "dlrm_baseline"):
-                return GemRun("gem" if model == "gem" else "dlrm", store, point, seed, settings, steps)
-            return FuxiRun(model.split("_", 1)[1], examples, point, seed, settings, steps, tmp)
+                return GemRun("gem" if model == "gem" else "dlrm", stores[point.history], point, seed, settings,
+                              steps)
+            return FuxiRun(model.split("_", 1)[1], examples[point.history], point, seed, settings, steps, tmp)
 
         with tempfile.TemporaryDirectory(prefix="gem-peers-") as tmp:
             result = fit_deep(make, rows, labels, seed, settings)
@@ -718,7 +732,8 @@ def bench_dataset(name: str, args, work: Path, cache: RunCache,
     settings = RunSettings(max_epochs=args.max_epochs, batch_size=args.batch_size, schedule=args.schedule,
                            train_preset=args.train_preset, model_preset=args.model_preset,
                            model_overrides=tuple(args.model_set), fuxictr_seq_len=args.fuxictr_seq_len)
-    grid = [GridPoint(lr_scale=s, weight_decay=w) for s in args.grid_lr_scale for w in args.grid_weight_decay]
+    grid = [GridPoint(lr_scale=s, weight_decay=w, history=h) for h in getattr(args, "grid_history", [True])
+            for s in args.grid_lr_scale for w in args.grid_weight_decay]
     results: dict = {}
     errors: dict = {}
     for model in args.models:
@@ -792,7 +807,8 @@ def protocol_description(args) -> dict:
         "ids": "ids no train row shows map to 0 (unknown) in every row",
         "task": "click only, for every model (GEM's conversion head weight 0)",
         "selection": (f"deep models: grid lr_scale {list(args.grid_lr_scale)} x weight_decay "
-                      f"{list(args.grid_weight_decay)} searched on seed 0's validation AUC; the chosen point rerun "
+                      f"{list(args.grid_weight_decay)} x history {getattr(args, 'grid_history', [True])} "
+                      "searched on seed 0's validation AUC; the chosen point rerun "
                       f"on seeds 1..{args.seeds - 1}; up to {args.max_epochs} epochs, lr schedule {args.schedule} "
                       "over them, each seed keeps its best validation epoch; lr_ids C in "
                       f"{list(LR_IDS_C)}, item_ctr prior in {list(ITEM_CTR_PRIOR)} on validation"),

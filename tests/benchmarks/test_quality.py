@@ -246,3 +246,28 @@ def test_peers_bench_writes_beside_todays_figures(peers_data, tmp_path):
     assert figs["verdict"]["best_peer"] in ("item_ctr", "lr_ids")
     sizes = peers_out["sizes"]["sim"]
     assert sizes["train_examples"] > sizes["test_examples"] > 0 and sizes["split"]["kind"] == "quantiles"
+
+
+def test_peers_grid_lets_a_model_read_no_history(peers_data, monkeypatch):
+    from benchmarks.quality import peers
+
+    _, store = peers_data
+    _, _, rows = _parts(store)
+    labels = store.labels[:, 0]
+    seen = {}
+
+    def run(kind, ex, point, seed, settings, steps, root):
+        seen[(point.history, seed)] = int(ex.history_len.sum())
+        return _Spy(labels, rows["test"], point)
+
+    monkeypatch.setattr(peers, "FuxiRun", run)
+    _Spy.calls = []
+    grid = [peers.GridPoint(lr_scale=1.0, history=h) for h in (True, False)]
+    res = peers.run_model("fuxictr_dnn", store, rows, seeds=2, grid=grid,
+                          settings=peers.RunSettings(max_epochs=1, batch_size=64), cache=peers.RunCache(None),
+                          data_key="t", log=lambda *_: None)
+    assert seen[(True, 0)] > 0 and seen[(False, 0)] == 0  # the off point reads empty histories
+    assert res["selected"]["point"]["history"] in (True, False)
+    assert seen[(res["selected"]["point"]["history"], 1)] == seen[(res["selected"]["point"]["history"], 0)]
+    assert peers.GridPoint(lr_scale=1.0).key() == {"lr_scale": 1.0, "weight_decay": 0.0}  # old cache keys hold
+    assert peers.GridPoint(history=False).name().endswith("_nohist")
