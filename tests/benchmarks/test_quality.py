@@ -271,3 +271,29 @@ def test_peers_grid_lets_a_model_read_no_history(peers_data, monkeypatch):
     assert seen[(res["selected"]["point"]["history"], 1)] == seen[(res["selected"]["point"]["history"], 0)]
     assert peers.GridPoint(lr_scale=1.0).key() == {"lr_scale": 1.0, "weight_decay": 0.0}  # old cache keys hold
     assert peers.GridPoint(history=False).name().endswith("_nohist")
+
+
+def test_diagnostics_rerun_the_protocol_with_one_change_and_keep_the_command(peers_data, tmp_path):
+    from benchmarks.quality import diagnose
+
+    root, _ = peers_data
+    out = diagnose.main(["--only", "no_history", "--datasets", str(root / "sim"), "--seeds", "2", "--jobs", "1",
+                         "--work-dir", str(root / "work"), "--results-dir", str(tmp_path), "--max-epochs", "1",
+                         "--max-seq-len", "16", "--batch-size", "128", "--replicates", "50"])
+    entry = json.loads((tmp_path / "quality.json").read_text())[diagnose.KEY]["no_history"]
+    assert entry == json.loads(json.dumps(out["no_history"]))
+    assert "--no-history" in entry["command"] and "--grid-history on" in entry["command"]
+    gem = entry["datasets"]["sim"]["gem"]
+    assert len(gem["auc_by_seed"]) == 2 and 0 <= gem["auc_ci95"][0] <= gem["auc"] <= gem["auc_ci95"][1] <= 1
+    assert 0 <= gem["val_auc"] <= 1 and "gem_minus_auc" in entry["datasets"]["sim"]["lr_ids"]
+    # a variant run elsewhere is taken from its results, with its own protocol record
+    source = tmp_path / "earlier"
+    source.mkdir()
+    (source / "quality.json").write_text(json.dumps({"peers_protocol": {
+        "written_at": "2026-12-02T07:00:00Z", "protocol": {"models": ["gem"]},
+        "datasets": {"sim": {"gem": {"auc": 0.6, "auc_ci95": [0.5, 0.7], "auc_by_seed": [0.6], "ne": 0.9,
+                                     "val_auc_by_seed": [0.65]}}}}}))
+    diagnose.main(["--only", "reference", "--from", f"reference={source}", "--results-dir", str(tmp_path)])
+    saved = json.loads((tmp_path / "quality.json").read_text())[diagnose.KEY]
+    assert set(saved) == {"no_history", "reference"} and saved["reference"]["collected_from"] == str(source)
+    assert saved["reference"]["datasets"]["sim"]["gem"]["val_auc"] == 0.65
