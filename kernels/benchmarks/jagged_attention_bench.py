@@ -27,7 +27,11 @@ causal half of it), backward twice the forward; padding and recomputation are no
 `matmul_peak_gflops` is a 2048^3 fp32 torch.mm timed the same way in the same run, before
 and after the methods (the higher of the two is kept, so a quieter moment is not counted
 as our speed), so `ours_fraction_of_peak` is comparable across machines; the `_cpu`
-variants divide by process CPU time instead of wall time (both for us and the peak). Results: results.py.
+variants divide by process CPU time instead of wall time (both for us and the peak).
+`flash_ceiling_*` (skip with --no-ceiling): the same score work on torch's own fused
+attention with nothing jagged, each power-of-two length bin as one dense batch of equal
+lengths (`dense_flash_ceiling`); any method built on that kernel stays below it, so
+`flash_ceiling_fraction_of_peak` is the reach of the fused path. Results: results.py.
 Total time on 2 quiet cores: ~10 minutes, most of it the padded baseline.
 """
 
@@ -119,6 +123,41 @@ def useful_flops(lengths: Tensor, causal: bool) -> float:
     """Forward+backward FLOPs of real work: 3 x 4 L^2 D per sequence and head."""
     pairs = lengths.double() * (lengths.double() + 1) / 2 if causal else lengths.double() ** 2
     return 3 * 4 * float(pairs.sum()) * HEADS * HEAD_DIM
+
+
+def length_bins(lengths: Tensor) -> list[tuple[int, int]]:
+    """(count, length) per power-of-two bin of the lengths, the length chosen so that
+    count * length^2 equals the bin's sum of L^2 (the same score work, no jaggedness)."""
+    bins: dict[int, list[int]] = {}
+    for length in lengths.tolist():
+        if length > 0:
+            bins.setdefault(int(length).bit_length(), []).append(int(length))
+    return [(len(group), max(round((sum(x * x for x in group) / len(group)) ** 0.5), 1))
+            for _, group in sorted(bins.items())]
+
+
+def dense_flash_ceiling(lengths: Tensor, reps: int, warmup: int, seed: int = 2) -> dict[str, float]:
+    """The batch's work on torch's own fused CPU attention with nothing jagged about it:
+    each length bin as one dense (count, H, length, D) batch, no padding, gathers or masks.
+    The summed best times bound what any method built on that kernel can reach."""
+    generator = torch.Generator().manual_seed(seed)
+    total, total_cpu = 0.0, 0.0
+    for count, length in length_bins(lengths):
+        q, k, v = (torch.randn(count, HEADS, length, HEAD_DIM, generator=generator)
+                   .requires_grad_() for _ in range(3))
+        grad_out = torch.randn(count, HEADS, length, HEAD_DIM, generator=generator)
+
+        def forward_backward(q=q, k=k, v=v, grad_out=grad_out):
+            for leaf in (q, k, v):
+                leaf.grad = None
+            torch.nn.functional.scaled_dot_product_attention(q, k, v).backward(grad_out)
+
+        timed = time_best(forward_backward, reps, warmup)
+        total, total_cpu = total + timed["best_s"], total_cpu + timed["best_cpu_s"]
+    flops = useful_flops(lengths, causal=False)
+    return {"flash_ceiling_fwd_bwd_ms": 1e3 * total, "flash_ceiling_fwd_bwd_cpu_ms": 1e3 * total_cpu,
+            "flash_ceiling_useful_gflops": flops / total / 1e9,
+            "flash_ceiling_useful_gflops_cpu": flops / total_cpu / 1e9}
 
 
 PEAK_MATMUL_SIZE = 2048
@@ -232,6 +271,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--wait-load", type=float, default=None,
                         help="before each (batch, threads) run, wait up to 10 min for the "
                              "1-minute load average to fall below this")
+    parser.add_argument("--no-ceiling", action="store_true",
+                        help="skip the dense flash ceiling (torch SDPA on each length bin as a "
+                             "dense batch)")
     parser.add_argument("--keep-freed-memory", action="store_true",
                         help="kernels.common.keep_freed_cpu_memory() first (every method alike)")
     args = parser.parse_args(argv)
@@ -261,6 +303,8 @@ def main(argv: list[str] | None = None) -> dict:
             load_before = os.getloadavg()[0]
             peak_before, peak_cpu_before = matmul_peak_gflops(3, 1)
             figures = run_batch(lengths, methods, reps, warmup)
+            if not args.no_ceiling:
+                figures.update(dense_flash_ceiling(lengths, reps, max(warmup, 1)))
             peak_after, peak_cpu_after = matmul_peak_gflops(3, 1)
             figures.update(matmul_peak_gflops=max(peak_before, peak_after),
                            matmul_peak_gflops_before=peak_before,
@@ -274,6 +318,14 @@ def main(argv: list[str] | None = None) -> dict:
                     figures["ours_useful_gflops"] / figures["matmul_peak_gflops"])
                 figures["ours_fraction_of_peak_cpu"] = (
                     figures["ours_useful_gflops_cpu"] / figures["matmul_peak_gflops_cpu"])
+            if "flash_ceiling_useful_gflops" in figures:
+                figures["flash_ceiling_fraction_of_peak"] = (
+                    figures["flash_ceiling_useful_gflops"] / figures["matmul_peak_gflops"])
+                figures["flash_ceiling_fraction_of_peak_cpu"] = (
+                    figures["flash_ceiling_useful_gflops_cpu"] / figures["matmul_peak_gflops_cpu"])
+                if "ours_fwd_bwd_ms" in figures:
+                    figures["ours_time_vs_flash_ceiling"] = (
+                        figures["ours_fwd_bwd_ms"] / figures["flash_ceiling_fwd_bwd_ms"])
             figures["seconds"] = time.perf_counter() - start
             results[key] = figures
             for name in methods:
@@ -287,7 +339,8 @@ def main(argv: list[str] | None = None) -> dict:
                 rows)
     for key, figures in results.items():
         print(f"{key}: matmul peak {figures['matmul_peak_gflops']:.1f} GFLOP/s, ours "
-              f"{figures.get('ours_fraction_of_peak', float('nan')):.1%} of it; speedups "
+              f"{figures.get('ours_fraction_of_peak', float('nan')):.1%} of it, dense flash "
+              f"ceiling {figures.get('flash_ceiling_fraction_of_peak', float('nan')):.1%}; speedups "
               + ", ".join(f"{k[8:]} {v:.2f}x" for k, v in figures.items()
                           if k.startswith("speedup_") and k.endswith("fwd_bwd")))
     sizes = {"heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32", "reps": args.reps,

@@ -25,8 +25,8 @@ SIZE_MULTIPLE = 8  # padded sizes are multiples of this (fewer DP states, aligne
 # per chunk (measured on an earlier 2-core AMD EPYC).
 CHUNK_OVERHEAD_SCORES = 40_000
 # The same for the fused path (a gather per input, one kernel call, slices out), and the
-# length from which a sequence runs solo there: measured on the benchmark's default batch,
-# kernels/README.md ("Tuning").
+# length from which a sequence runs solo there: measured on the benchmark's default batch
+# (kernels.benchmarks.jagged_attention_bench).
 FUSED_CHUNK_OVERHEAD_SCORES = 40_000
 FUSED_SOLO_MIN = 128
 MAX_CHUNK_SCORES = 1 << 22  # 4M score elements = 16 MiB in float32 per score buffer

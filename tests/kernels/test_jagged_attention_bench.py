@@ -6,9 +6,16 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
-from kernels.benchmarks.jagged_attention_bench import METHODS, run_batch
+from kernels.benchmarks.jagged_attention_bench import (
+    METHODS,
+    dense_flash_ceiling,
+    length_bins,
+    run_batch,
+    useful_flops,
+)
 from kernels.benchmarks.results import cpu_description
 
 
@@ -44,6 +51,10 @@ def test_command_line_writes_results_with_machine(tmp_path):
         assert figures["speedup_ours_vs_fbgemm_sll_fwd_bwd"] > 0
         assert figures["load_average_1min_before"] >= 0 and figures["load_average_1min_after"] >= 0
         assert figures["reps"] == 1
+        assert figures["flash_ceiling_fwd_bwd_ms"] > 0
+        assert figures["flash_ceiling_fraction_of_peak"] > 0
+        assert figures["ours_time_vs_flash_ceiling"] == (
+            figures["ours_fwd_bwd_ms"] / figures["flash_ceiling_fwd_bwd_ms"])
     assert payload["machine"]["isa"] == cpu_description()["isa"]
     assert payload["sizes"]["threads"] == [1, 2]
 
@@ -67,3 +78,20 @@ def test_keep_freed_cpu_memory_lets_freed_pages_be_reused():
             "first = step(); assert first > 15_000, first\n"
             "steady = [step() for _ in range(8)][-3:]; assert max(steady) < 1_000, steady")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_length_bins_keep_each_power_of_two_bins_score_work():
+    lengths = torch.tensor([1, 2, 3, 5, 7, 100, 120, 0, 1024])
+    bins = length_bins(lengths)
+    assert [count for count, _ in bins] == [1, 2, 2, 2, 1]  # [1], [2, 3], [4, 8), [64, 128), [1024]
+    assert bins[-1] == (1, 1024) and bins[3] == (2, 110)  # sqrt((100^2 + 120^2) / 2) = 110.5
+    exact = float((lengths.double() ** 2).sum())
+    assert abs(sum(c * n * n for c, n in bins) - exact) / exact < 1e-3
+
+
+def test_dense_flash_ceiling_times_every_bin():
+    lengths = torch.tensor([12, 3, 5, 1, 2, 6, 40])
+    figures = dense_flash_ceiling(lengths, reps=1, warmup=0)
+    assert figures["flash_ceiling_fwd_bwd_ms"] > 0
+    assert figures["flash_ceiling_useful_gflops"] == pytest.approx(
+        useful_flops(lengths, causal=False) / figures["flash_ceiling_fwd_bwd_ms"] * 1e3 / 1e9)
