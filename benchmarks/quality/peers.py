@@ -732,7 +732,7 @@ def bench_dataset(name: str, args, work: Path, cache: RunCache,
     settings = RunSettings(max_epochs=args.max_epochs, batch_size=args.batch_size, schedule=args.schedule,
                            train_preset=args.train_preset, model_preset=args.model_preset,
                            model_overrides=tuple(args.model_set), fuxictr_seq_len=args.fuxictr_seq_len)
-    grid = [GridPoint(lr_scale=s, weight_decay=w, history=h) for h in getattr(args, "grid_history", [True])
+    grid = [GridPoint(lr_scale=s, weight_decay=w, history=h) for h in args.grid_history
             for s in args.grid_lr_scale for w in args.grid_weight_decay]
     results: dict = {}
     errors: dict = {}
@@ -807,7 +807,7 @@ def protocol_description(args) -> dict:
         "ids": "ids no train row shows map to 0 (unknown) in every row",
         "task": "click only, for every model (GEM's conversion head weight 0)",
         "selection": (f"deep models: grid lr_scale {list(args.grid_lr_scale)} x weight_decay "
-                      f"{list(args.grid_weight_decay)} x history {getattr(args, 'grid_history', [True])} "
+                      f"{list(args.grid_weight_decay)} x history {args.grid_history} "
                       "searched on seed 0's validation AUC; the chosen point rerun "
                       f"on seeds 1..{args.seeds - 1}; up to {args.max_epochs} epochs, lr schedule {args.schedule} "
                       "over them, each seed keeps its best validation epoch; lr_ids C in "

@@ -50,15 +50,16 @@ def _parallel(args, cfg, work: Path) -> dict:
     tracking_uri, parent_id = start_parent(cfg, work)
     groups = _groups([d.name for d in cfg.datasets], args.jobs)
     procs = []
-    for i in range(len(groups)):
-        (work / f"part-{i}.json").unlink(missing_ok=True)
-    for i, group in enumerate(groups):
-        part = work / f"part-{i}.json"
+    part_files = [work / f"part-{i}.json" for i in range(len(groups))]
+    for part in part_files:
+        part.unlink(missing_ok=True)
+    # the serving job (the first) measures latency only once the other jobs are done
+    others_done = [x for part in part_files[1:] for x in ("--quiet-after", str(part))]
+    for i, (group, part) in enumerate(zip(groups, part_files)):
         cmd = [sys.executable, "-m", "benchmarks.transfer.bench", "--preset", args.preset, "--work", str(work),
                "--datasets", ",".join(group), "--parent-run", parent_id, "--part", str(part),
                *[x for o in args.overrides for x in ("--set", o)], *(["--no-latency"] if args.no_latency or i else []),
-               # the serving job measures latency only once the other jobs are done
-               *[x for j in range(1, len(groups)) if i == 0 for x in ("--quiet-after", str(work / f"part-{j}.json"))]]
+               *([] if i else others_done)]
         procs.append((part, subprocess.Popen(cmd, env={**os.environ, "GEM_TRANSFER_JOB": "+".join(group)})))
     failed = [" ".join(p.args[-8:]) for _, p in procs if p.wait() != 0]
     if failed:

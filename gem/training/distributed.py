@@ -27,6 +27,7 @@ from torchrec.distributed.model_parallel import (
     DistributedModelParallel,
 )
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
@@ -87,12 +88,10 @@ def shard_model(model: nn.Module, env: DistEnv, *, ebc_sharding: str = "table_wi
         raise ValueError(f"ec_sharding={ec_sharding!r} must be one of {EC_SHARDING_TYPES}")
     constraints = {}
     for arch in (m for m in model.modules() if isinstance(m, SparseArch)):
-        for ebc in (arch.ebc, arch.first_order_ebc):
-            for cfg in ebc.embedding_bag_configs() if ebc is not None else []:
-                constraints[cfg.name] = ParameterConstraints(sharding_types=[ebc_sharding])
-        if arch.ec is not None:
-            for cfg in arch.ec.embedding_configs():
-                constraints[cfg.name] = ParameterConstraints(sharding_types=[ec_sharding])
+        for table in arch.tables():
+            bags = isinstance(table, EmbeddingBagCollection)
+            for cfg in table.embedding_bag_configs() if bags else table.embedding_configs():
+                constraints[cfg.name] = ParameterConstraints(sharding_types=[ebc_sharding if bags else ec_sharding])
     sharders = [EmbeddingBagCollectionSharder(), EmbeddingCollectionSharder()]
     planner = EmbeddingShardingPlanner(
         topology=Topology(world_size=env.world_size, compute_device=env.device.type),

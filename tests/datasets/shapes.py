@@ -127,4 +127,3 @@ def make_shapes(base: Path, out: Path, shapes: list[str]) -> Path:
         target = out if i == len(shapes) - 1 else out.parent / f"{out.name}.{i}-{shape}"
         source = make_shape(source, target, shape)
     return out
-
