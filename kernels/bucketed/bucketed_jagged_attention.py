@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+import kernels.avx2.loader as native
 import kernels.bucketed.planning as planning
 from kernels.attention_spec import (
     ACTIVATIONS,
@@ -36,8 +37,19 @@ Tensor = torch.Tensor
 FUSED_SOFTMAX = True  # False forces the bmm path everywhere (for comparisons)
 # Query rows per block of causal scores in the bmm path (see _Problem.query_blocks).
 CAUSAL_QUERY_BLOCK = 128
+# The AVX2 kernel takes fused non-causal sequences up to this kept length (None: all);
+# longer ones go to torch's flash kernels. NATIVE = False leaves everything to those.
+NATIVE = True
+NATIVE_MAX_LEN: int | None = None
 _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+
+def _native_applies(spec: Spec, q: Tensor, with_targets: bool) -> bool:
+    """Whether the AVX2 kernel (kernels/avx2) takes a fused call's short sequences:
+    non-causal, no targets, window or contextual tokens, head dims multiples of 16."""
+    return (NATIVE and not spec.causal and not with_targets and spec.plain_mask
+            and native.supports(q, q))
 
 
 def uses_fused_softmax(spec: Spec, attn_bias: Tensor | None, q: Tensor, v: Tensor) -> bool:
@@ -81,11 +93,17 @@ class _Problem:
         history = history_lengths(lengths, num_targets)
         self.num_seqs = offsets.shape[0] - 1
         self.uncovered = None  # rows no chunk writes (truncated tokens), which must be 0
+        kept = lengths
+        self.native = None  # (starts, lengths) of the sequences the AVX2 kernel takes
+        if fused and _native_applies(spec, q, self.with_targets):
+            takes = lengths <= (NATIVE_MAX_LEN or self.num_tokens)
+            self.native = (starts[takes], lengths[takes])
+            lengths = torch.where(takes, 0, lengths)  # planned below: nothing or the longest
         if fused:
             self.chunks = plan_chunks(starts, lengths, history, self.num_tokens, self.num_heads,
                                       solo_min=planning.FUSED_SOLO_MIN,
                                       overhead=planning.FUSED_CHUNK_OVERHEAD_SCORES)
-            dropped = offsets[1:] - offsets[:-1] - lengths
+            dropped = offsets[1:] - offsets[:-1] - kept
             spans = torch.nonzero(dropped).flatten()
             # (first token, count) of each run of truncated tokens, which get zeros
             self.dropped = list(zip(offsets[spans].tolist(), dropped[spans].tolist()))
@@ -257,6 +275,8 @@ def _fused_forward(pb: "_Problem", q: Tensor, k: Tensor, v: Tensor) -> tuple[Ten
     """
     q, k, v = pb.compute(q), pb.compute(k), pb.compute(v)
     out, lse = pb.fused_buffers(v, q[:, :, 0])
+    if pb.native is not None:
+        native.forward(q, k, v, out, lse, *pb.native, pb.scale)
     for chunk in pb.chunks:
         mask, is_causal = pb.fused_mask(chunk)
         inputs = [pb.solo_view(x, chunk) if chunk.solo else pb.gather_rows(x, chunk)
@@ -273,6 +293,8 @@ def _fused_backward(pb: "_Problem", grad_out: Tensor, q: Tensor, k: Tensor, v: T
     grad_out, q, k, v, out = (pb.compute(x) for x in (grad_out, q, k, v, out))
     lse = lse.contiguous()
     grads = pb.fused_buffers(q, k, v)
+    if pb.native is not None:
+        native.backward(grad_out, q, k, v, out, lse, *grads, *pb.native, pb.scale)
     for chunk in pb.chunks:
         mask, is_causal = pb.fused_mask(chunk)
         if chunk.solo:

@@ -1,0 +1,454 @@
+/* Jagged softmax attention, forward and backward, for x86-64 CPUs with AVX2 and FMA.
+
+   One work item per (sequence, head); items run longest first on `threads` pthreads.
+   Per item, query rows go in blocks of up to ROW_BLOCK: the block's scores against every
+   key (row block x Lp, Lp = L rounded up to 16) are materialized in a per-thread buffer
+   that stays in L2, so softmax needs no online rescaling and the forward stores only
+   the per-row log-sum-exp. The backward recomputes the block's weights from it (flash
+   style: no saved attention weights). Every product is one register-tiled GEMM
+   (`gemm`: 6 x 16 tiles, 12 accumulators), and each item reads only its own tokens'
+   rows, so nothing crosses sequences. Layouts: q, k (T, H, D), v, out (T, H, Dv), lse
+   (T, H), all contiguous float32; D and Dv multiples of 16. Python side: loader.py. */
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MR 6
+#define NR 16
+#define KC 256
+#define ROW_BLOCK_FLOATS 24576 /* scores per row block: 96 KiB, so S and dP sit in L2 */
+
+typedef struct {
+    int64_t start, length, head;
+} Item;
+
+typedef struct {
+    const float *q, *k, *v, *out, *grad_out, *lse_in;
+    float *out_w, *lse_w, *dq, *dk, *dv;
+    int64_t heads, dim, vdim;
+    float scale;
+    Item *items;
+    int64_t num_items, max_length;
+    int64_t next; /* atomic */
+    int failed;   /* atomic: a workspace allocation failed */
+} Problem;
+
+static const int32_t kTailMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+static inline __m256 lanes_below(int64_t n) { /* lanes 0 .. n-1 set, n in 0..8 */
+    return _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(kTailMask + 8 - n)));
+}
+
+/* exp on 8 lanes for x <= 88: x = n ln 2 + r with |r| <= ln(2) / 2, exp(r) by its degree-6
+   Taylor polynomial (relative error < 2e-7), 2^n built in the exponent bits. Rounding
+   x log2(e) by adding 1.5 * 2^23 (+ the exponent bias) leaves n + 127 in the low bits.
+   Inputs below -87.3 give ~1e-38 instead of 0, which no softmax sum can see. */
+static inline __m256 exp8(__m256 x) {
+    const __m256 magic = _mm256_set1_ps(12582912.0f + 127.0f);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
+    const __m256 n = _mm256_sub_ps(t, magic);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.0f / 720);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 120));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 24));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 6));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(0.5f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)));
+}
+
+static inline float hsum8(__m256 x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+static inline float hmax8(__m256 x) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* C[mr x 16] = (accumulate ? C : 0) + sum_{p < kc} A(i, p) B(p, 0:16), with A(i, p) at
+   a[i * a_rs + p * a_cs] (row- or column-major A without packing) and B rows ldb apart. */
+static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const float *a,
+                                                       int64_t a_rs, int64_t a_cs, const float *b,
+                                                       int64_t ldb, float *c, int64_t ldc,
+                                                       int accumulate) {
+    __m256 acc[MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+        if (i < mr) {
+            acc[i][0] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+            acc[i][1] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+        }
+    }
+    for (int64_t p = 0; p < kc; ++p) {
+        const __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
+        const float *ap = a + p * a_cs;
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; ++i) {
+            if (i < mr) {
+                const __m256 ai = _mm256_broadcast_ss(ap + i * a_rs);
+                acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+        if (i < mr) {
+            _mm256_storeu_ps(c + i * ldc, acc[i][0]);
+            _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+        }
+    }
+}
+
+/* C (m x n) = (accumulate ? C : 0) + A (m x kk) B (kk x n); n a multiple of 16. */
+static void gemm(int64_t m, int64_t n, int64_t kk, const float *a, int64_t a_rs, int64_t a_cs,
+                 const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
+    for (int64_t p0 = 0; p0 < kk; p0 += KC) {
+        const int64_t kc = kk - p0 < KC ? kk - p0 : KC;
+        const int acc = accumulate || p0 > 0;
+        for (int64_t j = 0; j < n; j += NR) {
+            const float *bp = b + p0 * ldb + j;
+            int64_t i = 0;
+            for (; i + MR <= m; i += MR)
+                tile(MR, kc, a + i * a_rs + p0 * a_cs, a_rs, a_cs, bp, ldb, c + i * ldc + j, ldc, acc);
+            const float *ap = a + i * a_rs + p0 * a_cs;
+            float *cp = c + i * ldc + j;
+            switch (m - i) {
+                case 5: tile(5, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
+                case 4: tile(4, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
+                case 3: tile(3, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
+                case 2: tile(2, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
+                case 1: tile(1, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
+                default: break;
+            }
+        }
+    }
+}
+
+/* What gemm_scores does with a finished score tile instead of storing it as is. */
+enum { SCALED_ROW_MAX, SOFTMAX_WEIGHTS, SOFTMAX_GRAD };
+
+typedef struct {
+    int mode;
+    float scale;
+    int64_t valid;     /* columns below this are keys; the rest is padding */
+    float *row_max;    /* SCALED_ROW_MAX: 8 running maxima per row */
+    const float *row;  /* SOFTMAX_WEIGHTS: log-sum-exp per row; SOFTMAX_GRAD: dO.O per row */
+    int64_t row_stride;
+    const float *p;    /* SOFTMAX_GRAD: the weights, laid out like C */
+} Epilogue;
+
+/* scale * S (padding -inf) with the rows' maxima, P = exp(scale * S - lse) (padding 0),
+   or dS = P (dP - dO.O) scale, for a tile of mr rows and 16 columns of a score block,
+   computed from A (row-major, lda) times B (kk x 16 panel, ldb) in registers. */
+static inline __attribute__((always_inline)) void score_tile(int mr, int64_t kk, const float *a,
+                                                             int64_t lda, const float *b, int64_t ldb,
+                                                             float *c, int64_t ldc, int64_t row0,
+                                                             int64_t col0, const Epilogue *e) {
+    __m256 acc[MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i)
+        if (i < mr) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < kk; ++p) {
+        const __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; ++i) {
+            if (i < mr) {
+                const __m256 ai = _mm256_broadcast_ss(a + i * lda + p);
+                acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+            }
+        }
+    }
+    const int64_t v0 = e->valid - col0, v1 = v0 - 8;
+    const __m256 m0 = lanes_below(v0 < 0 ? 0 : (v0 > 8 ? 8 : v0));
+    const __m256 m1 = lanes_below(v1 < 0 ? 0 : (v1 > 8 ? 8 : v1));
+    const __m256 scale = _mm256_set1_ps(e->scale), neg_inf = _mm256_set1_ps(-INFINITY);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+        if (i >= mr) continue;
+        __m256 x0 = acc[i][0], x1 = acc[i][1];
+        if (e->mode == SCALED_ROW_MAX) {
+            x0 = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(x0, scale), m0);
+            x1 = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(x1, scale), m1);
+            float *mx = e->row_max + (row0 + i) * 8;
+            _mm256_storeu_ps(mx, _mm256_max_ps(_mm256_loadu_ps(mx), _mm256_max_ps(x0, x1)));
+        } else if (e->mode == SOFTMAX_WEIGHTS) {
+            const __m256 l = _mm256_set1_ps(e->row[(row0 + i) * e->row_stride]);
+            x0 = _mm256_and_ps(exp8(_mm256_fmsub_ps(x0, scale, l)), m0);
+            x1 = _mm256_and_ps(exp8(_mm256_fmsub_ps(x1, scale, l)), m1);
+        } else {
+            const __m256 di = _mm256_set1_ps(e->row[(row0 + i) * e->row_stride]);
+            const float *pw = e->p + (row0 + i) * ldc + col0;
+            x0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(pw), _mm256_sub_ps(x0, di)), scale);
+            x1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(pw + 8), _mm256_sub_ps(x1, di)), scale);
+        }
+        _mm256_storeu_ps(c + i * ldc, x0);
+        _mm256_storeu_ps(c + i * ldc + 8, x1);
+    }
+}
+
+/* C (m x n, ldc) = epilogue(A (m x kk, lda) B (kk x n, ldb)): a score block, n a multiple
+   of 16; C's rows are rows 0 .. m-1 of the epilogue's row arrays and of P. */
+static void gemm_scores(int64_t m, int64_t n, int64_t kk, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, float *c, int64_t ldc, const Epilogue *e) {
+    for (int64_t j = 0; j < n; j += NR) {
+        int64_t i = 0;
+        for (; i + MR <= m; i += MR)
+            score_tile(MR, kk, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, i, j, e);
+        const float *ap = a + i * lda;
+        float *cp = c + i * ldc + j;
+        switch (m - i) {
+            case 5: score_tile(5, kk, ap, lda, b + j, ldb, cp, ldc, i, j, e); break;
+            case 4: score_tile(4, kk, ap, lda, b + j, ldb, cp, ldc, i, j, e); break;
+            case 3: score_tile(3, kk, ap, lda, b + j, ldb, cp, ldc, i, j, e); break;
+            case 2: score_tile(2, kk, ap, lda, b + j, ldb, cp, ldc, i, j, e); break;
+            case 1: score_tile(1, kk, ap, lda, b + j, ldb, cp, ldc, i, j, e); break;
+            default: break;
+        }
+    }
+}
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* Row stride for packed buffers: an odd number of cache lines, so the rows of a panel
+   spread over every L1 set (a power-of-two stride maps them all to a few sets). */
+static int64_t padded_stride(int64_t width) { return width % 32 == 0 ? width + 16 : width; }
+
+/* dst (n rows, padded_stride(d) apart) = n rows of d floats, ld apart. */
+static void pack_rows(const float *src, int64_t ld, int64_t n, int64_t d, float *dst) {
+    const int64_t ldd = padded_stride(d);
+    for (int64_t j = 0; j < n; ++j) memcpy(dst + j * ldd, src + j * ld, (size_t)d * sizeof(float));
+}
+
+/* dst (d x ldt) = src^T for src (n x d, packed by pack_rows); columns n .. ldt-1 zero. */
+static void pack_transposed(const float *src, int64_t n, int64_t d, int64_t ldt, float *dst) {
+    const int64_t lds = padded_stride(d);
+    for (int64_t c = 0; c < d; ++c) {
+        float *row = dst + c * ldt;
+        for (int64_t j = 0; j < n; ++j) row[j] = src[j * lds + c];
+        memset(row + n, 0, (size_t)(ldt - n) * sizeof(float));
+    }
+}
+
+static int64_t row_block(int64_t lp) {
+    int64_t rows = ROW_BLOCK_FLOATS / lp / MR * MR;
+    return rows < MR ? MR : (rows > 96 ? 96 : rows);
+}
+
+typedef struct {
+    float *qc, *kc, *vc, *kt, *vt, *s, *dp, *di, *dkc, *dvc, *row_max;
+} Workspace;
+
+static float *alloc_floats(int64_t n) {
+    return aligned_alloc(64, (size_t)round_up(n * (int64_t)sizeof(float), 64));
+}
+
+static int workspace_alloc(Workspace *w, const Problem *pb) {
+    const int64_t lp = round_up(pb->max_length, NR), ld = padded_stride(lp), rows = row_block(lp);
+    const int64_t dmax = pb->dim > pb->vdim ? pb->dim : pb->vdim;
+    w->qc = alloc_floats(pb->max_length * padded_stride(dmax));
+    w->kc = alloc_floats(pb->max_length * padded_stride(pb->dim));
+    w->vc = alloc_floats(pb->max_length * padded_stride(pb->vdim));
+    w->kt = alloc_floats(pb->dim * ld);
+    w->vt = alloc_floats(pb->vdim * ld);
+    /* row_block keeps rows * lp <= ROW_BLOCK_FLOATS (or rows == MR); the stride's 16 extra
+       columns add at most 96 * 16 floats */
+    const int64_t block = rows * ld > ROW_BLOCK_FLOATS + 96 * 16 ? rows * ld : ROW_BLOCK_FLOATS + 96 * 16;
+    w->s = alloc_floats(block);
+    w->dp = alloc_floats(block);
+    w->di = alloc_floats(lp);
+    w->dkc = alloc_floats(pb->max_length * padded_stride(pb->dim));
+    w->dvc = alloc_floats(pb->max_length * padded_stride(pb->vdim));
+    w->row_max = alloc_floats(96 * 8);
+    return w->qc && w->kc && w->vc && w->kt && w->vt && w->s && w->dp && w->di && w->dkc && w->dvc && w->row_max;
+}
+
+static void workspace_free(Workspace *w) {
+    free(w->qc); free(w->kc); free(w->vc); free(w->kt); free(w->vt); free(w->s); free(w->dp);
+    free(w->di); free(w->dkc); free(w->dvc); free(w->row_max);
+}
+
+/* n rows of d floats from src (padded_stride(d) apart) to dst (ld apart). */
+static void unpack_rows(const float *src, int64_t n, int64_t d, float *dst, int64_t ld) {
+    const int64_t lds = padded_stride(d);
+    for (int64_t j = 0; j < n; ++j) memcpy(dst + j * ld, src + j * lds, (size_t)d * sizeof(float));
+}
+
+/* Unnormalized softmax in place of `rows` rows of scaled scores (n valid columns, ld
+   apart, padding -inf) whose maxima are the 8 lanes per row of row_max: exp(s - max),
+   zeros from column n up to the next multiple of 8; inv[i] gets 1 / the row's sum and
+   lse[i * lse_stride] its log-sum-exp. */
+static void softmax_rows(float *s, int64_t rows, int64_t n, int64_t ld, const float *row_max,
+                         float *inv, float *lse, int64_t lse_stride) {
+    const int64_t full = n / 8 * 8, rest = n - full;
+    const __m256 tail = lanes_below(rest);
+    for (int64_t i = 0; i < rows; ++i) {
+        float *row = s + i * ld;
+        const float m = hmax8(_mm256_loadu_ps(row_max + i * 8));
+        const __m256 vm = _mm256_set1_ps(m);
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t j = 0; j < full; j += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), vm));
+            _mm256_storeu_ps(row + j, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        if (rest) {
+            const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(row + full), vm)), tail);
+            _mm256_storeu_ps(row + full, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        const float total = hsum8(sum);
+        inv[i] = 1.0f / total;
+        lse[i * lse_stride] = m + logf(total);
+    }
+}
+
+static void forward_item(const Problem *pb, const Item *it, Workspace *w) {
+    const int64_t h = it->head, n = it->length, d = pb->dim, dv = pb->vdim, lp = round_up(n, NR);
+    const int64_t ld = padded_stride(lp), ldq = pb->heads * d, ldv = pb->heads * dv, rows = row_block(lp);
+    const int64_t pd = padded_stride(d), pv = padded_stride(dv);
+    const int64_t first = it->start;
+    float *out = pb->out_w + first * ldv + h * dv, *lse = pb->lse_w + first * pb->heads + h;
+    pack_rows(pb->q + first * ldq + h * d, ldq, n, d, w->qc);
+    pack_rows(pb->k + first * ldq + h * d, ldq, n, d, w->kc);
+    pack_rows(pb->v + first * ldv + h * dv, ldv, n, dv, w->vc);
+    pack_transposed(w->kc, n, d, ld, w->kt);
+    for (int64_t r0 = 0; r0 < n; r0 += rows) {
+        const int64_t rb = n - r0 < rows ? n - r0 : rows;
+        for (int64_t i = 0; i < rb * 8; ++i) w->row_max[i] = -INFINITY;
+        const Epilogue e = {.mode = SCALED_ROW_MAX, .scale = pb->scale, .valid = n, .row_max = w->row_max};
+        gemm_scores(rb, lp, d, w->qc + r0 * pd, pd, w->kt, ld, w->s, ld, &e);
+        softmax_rows(w->s, rb, n, ld, w->row_max, w->di, lse + r0 * pb->heads, pb->heads);
+        float *o = out + r0 * ldv;
+        gemm(rb, dv, n, w->s, ld, 1, w->vc, pv, o, ldv, 0);
+        for (int64_t i = 0; i < rb; ++i) { /* normalize the rows of the output, not of P */
+            const __m256 inv = _mm256_set1_ps(w->di[i]);
+            for (int64_t c = 0; c < dv; c += 8)
+                _mm256_storeu_ps(o + i * ldv + c, _mm256_mul_ps(_mm256_loadu_ps(o + i * ldv + c), inv));
+        }
+    }
+}
+
+static void backward_item(const Problem *pb, const Item *it, Workspace *w) {
+    const int64_t h = it->head, n = it->length, d = pb->dim, dv = pb->vdim, lp = round_up(n, NR);
+    const int64_t ld = padded_stride(lp), ldq = pb->heads * d, ldv = pb->heads * dv, rows = row_block(lp);
+    const int64_t pd = padded_stride(d), pv = padded_stride(dv);
+    const int64_t first = it->start;
+    const float *o = pb->out + first * ldv + h * dv, *lse = pb->lse_in + first * pb->heads + h;
+    float *dq = pb->dq + first * ldq + h * d, *dk = pb->dk + first * ldq + h * d;
+    float *dvp = pb->dv + first * ldv + h * dv;
+    float *go = w->vc; /* dO packed; V only needs its transpose */
+    pack_rows(pb->v + first * ldv + h * dv, ldv, n, dv, go);
+    pack_transposed(go, n, dv, ld, w->vt);
+    pack_rows(pb->grad_out + first * ldv + h * dv, ldv, n, dv, go);
+    pack_rows(pb->k + first * ldq + h * d, ldq, n, d, w->kc);
+    pack_transposed(w->kc, n, d, ld, w->kt);
+    pack_rows(pb->q + first * ldq + h * d, ldq, n, d, w->qc);
+    for (int64_t i = 0; i < n; ++i) { /* D_i = dO_i . O_i */
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t c = 0; c < dv; c += 8)
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(go + i * pv + c), _mm256_loadu_ps(o + i * ldv + c), acc);
+        w->di[i] = hsum8(acc);
+    }
+    for (int64_t r0 = 0; r0 < n; r0 += rows) {
+        const int64_t rb = n - r0 < rows ? n - r0 : rows;
+        const Epilogue weights = {.mode = SOFTMAX_WEIGHTS, .scale = pb->scale, .valid = n,
+                                  .row = lse + r0 * pb->heads, .row_stride = pb->heads};
+        gemm_scores(rb, lp, d, w->qc + r0 * pd, pd, w->kt, ld, w->s, ld, &weights);
+        const Epilogue grad = {.mode = SOFTMAX_GRAD, .scale = pb->scale, .valid = n,
+                               .row = w->di + r0, .row_stride = 1, .p = w->s};
+        gemm_scores(rb, lp, dv, go + r0 * pv, pv, w->vt, ld, w->dp, ld, &grad);
+        gemm(n, dv, rb, w->s, 1, ld, go + r0 * pv, pv, w->dvc, pv, r0 > 0);     /* dV += P^T dO */
+        gemm(rb, d, n, w->dp, ld, 1, w->kc, pd, dq + r0 * ldq, ldq, 0);         /* dQ = dS K */
+        gemm(n, d, rb, w->dp, 1, ld, w->qc + r0 * pd, pd, w->dkc, pd, r0 > 0);  /* dK += dS^T Q */
+    }
+    unpack_rows(w->dkc, n, d, dk, ldq);
+    unpack_rows(w->dvc, n, dv, dvp, ldv);
+}
+
+static void *worker(void *arg) {
+    Problem *pb = arg;
+    Workspace w;
+    if (!workspace_alloc(&w, pb)) {
+        workspace_free(&w);
+        __atomic_store_n(&pb->failed, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    for (;;) {
+        const int64_t i = __atomic_fetch_add(&pb->next, 1, __ATOMIC_RELAXED);
+        if (i >= pb->num_items) break;
+        if (pb->grad_out) backward_item(pb, pb->items + i, &w);
+        else forward_item(pb, pb->items + i, &w);
+    }
+    workspace_free(&w);
+    return NULL;
+}
+
+static int longest_first(const void *a, const void *b) {
+    const int64_t la = ((const Item *)a)->length, lb = ((const Item *)b)->length;
+    return (la < lb) - (la > lb);
+}
+
+/* Items for every (sequence, head) with a non-empty kept span, longest first. */
+static int run(Problem *pb, const int64_t *starts, const int64_t *lengths, int64_t num_seqs, int threads) {
+    int64_t count = 0, max_length = 0;
+    for (int64_t b = 0; b < num_seqs; ++b)
+        if (lengths[b] > 0) {
+            count += pb->heads;
+            if (lengths[b] > max_length) max_length = lengths[b];
+        }
+    if (count == 0) return 0;
+    pb->items = malloc((size_t)count * sizeof(Item));
+    if (!pb->items) return 1;
+    int64_t c = 0;
+    for (int64_t b = 0; b < num_seqs; ++b)
+        for (int64_t h = 0; h < pb->heads && lengths[b] > 0; ++h)
+            pb->items[c++] = (Item){starts[b], lengths[b], h};
+    qsort(pb->items, (size_t)count, sizeof(Item), longest_first);
+    pb->num_items = count;
+    pb->max_length = max_length;
+    pb->next = 0;
+    pb->failed = 0;
+    if (threads < 1) threads = 1;
+    if (threads > count) threads = (int)count;
+    pthread_t *pool = malloc((size_t)threads * sizeof(pthread_t));
+    int started = 0;
+    if (pool)
+        for (; started < threads - 1; ++started)
+            if (pthread_create(pool + started, NULL, worker, pb) != 0) break;
+    worker(pb); /* the calling thread works too; the rest of the items go to whoever is free */
+    for (int t = 0; t < started; ++t) pthread_join(pool[t], NULL);
+    free(pool);
+    free(pb->items);
+    return pb->failed || pb->next < count ? 1 : 0;
+}
+
+int jagged_softmax_forward(const float *q, const float *k, const float *v, float *out, float *lse,
+                           const int64_t *starts, const int64_t *lengths, int64_t num_seqs,
+                           int64_t heads, int64_t dim, int64_t vdim, float scale, int threads) {
+    Problem pb = {.q = q, .k = k, .v = v, .out_w = out, .lse_w = lse,
+                  .heads = heads, .dim = dim, .vdim = vdim, .scale = scale};
+    return run(&pb, starts, lengths, num_seqs, threads);
+}
+
+int jagged_softmax_backward(const float *grad_out, const float *q, const float *k, const float *v,
+                            const float *out, const float *lse, float *dq, float *dk, float *dv,
+                            const int64_t *starts, const int64_t *lengths, int64_t num_seqs,
+                            int64_t heads, int64_t dim, int64_t vdim, float scale, int threads) {
+    Problem pb = {.q = q, .k = k, .v = v, .out = out, .grad_out = grad_out, .lse_in = lse,
+                  .dq = dq, .dk = dk, .dv = dv, .heads = heads, .dim = dim, .vdim = vdim,
+                  .scale = scale};
+    return run(&pb, starts, lengths, num_seqs, threads);
+}
