@@ -21,6 +21,8 @@
 #define NR 16
 #define KC 256
 #define ROW_BLOCK_FLOATS 24576 /* scores per row block: 96 KiB, so S and dP sit in L2 */
+#define ROW_BLOCK_MIN 24       /* except on very long sequences (K of the dV, dK products) */
+#define ROW_BLOCK_MAX 96
 
 typedef struct {
     int64_t start, length, head;
@@ -136,6 +138,29 @@ static void gemm(int64_t m, int64_t n, int64_t kk, const float *a, int64_t a_rs,
     }
 }
 
+/* Brings the next item's input rows toward L2 a few lines per score tile, so their
+   memory latency overlaps this item's arithmetic (short sequences otherwise wait on it). */
+typedef struct {
+    const float *base[5];
+    int64_t ld[5], lines[5]; /* row stride and cache lines per row of each tensor */
+    int64_t count, rows, per_tile;
+    int64_t tensor, row, line; /* cursor */
+} Prefetcher;
+
+static void prefetch_some(Prefetcher *pf) {
+    for (int64_t k = 0; k < pf->per_tile && pf->tensor < pf->count; ++k) {
+        const int64_t t = pf->tensor;
+        _mm_prefetch((const char *)(pf->base[t] + pf->row * pf->ld[t] + pf->line * 16), _MM_HINT_T1);
+        if (++pf->line == pf->lines[t]) {
+            pf->line = 0;
+            if (++pf->row == pf->rows) {
+                pf->row = 0;
+                ++pf->tensor;
+            }
+        }
+    }
+}
+
 /* What gemm_scores does with a finished score tile instead of storing it as is. */
 enum { SCALED_ROW_MAX, SOFTMAX_WEIGHTS, SOFTMAX_GRAD };
 
@@ -147,6 +172,7 @@ typedef struct {
     const float *row;  /* SOFTMAX_WEIGHTS: log-sum-exp per row; SOFTMAX_GRAD: dO.O per row */
     int64_t row_stride;
     const float *p;    /* SOFTMAX_GRAD: the weights, laid out like C */
+    Prefetcher *pf;    /* or NULL */
 } Epilogue;
 
 /* scale * S (padding -inf) with the rows' maxima, P = exp(scale * S - lse) (padding 0),
@@ -171,6 +197,7 @@ static inline __attribute__((always_inline)) void score_tile(int mr, int64_t kk,
             }
         }
     }
+    if (e->pf) prefetch_some(e->pf);
     const int64_t v0 = e->valid - col0, v1 = v0 - 8;
     const __m256 m0 = lanes_below(v0 < 0 ? 0 : (v0 > 8 ? 8 : v0));
     const __m256 m1 = lanes_below(v1 < 0 ? 0 : (v1 > 8 ? 8 : v1));
@@ -226,10 +253,24 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
    spread over every L1 set (a power-of-two stride maps them all to a few sets). */
 static int64_t padded_stride(int64_t width) { return width % 32 == 0 ? width + 16 : width; }
 
+#define PREFETCH_ROWS 8
+
+/* Prefetch d floats of row j + PREFETCH_ROWS: a head's slice of a token row is a few
+   cache lines a whole (H, D) row apart, a stride the hardware prefetchers pick up late. */
+static inline void prefetch_row(const float *src, int64_t ld, int64_t j, int64_t n, int64_t d) {
+    if (j + PREFETCH_ROWS < n)
+        for (int64_t c = 0; c < d; c += 16) _mm_prefetch((const char *)(src + (j + PREFETCH_ROWS) * ld + c), _MM_HINT_T0);
+}
+
 /* dst (n rows, padded_stride(d) apart) = n rows of d floats, ld apart. */
 static void pack_rows(const float *src, int64_t ld, int64_t n, int64_t d, float *dst) {
     const int64_t ldd = padded_stride(d);
-    for (int64_t j = 0; j < n; ++j) memcpy(dst + j * ldd, src + j * ld, (size_t)d * sizeof(float));
+    for (int64_t j = 0; j < PREFETCH_ROWS && j < n; ++j)
+        for (int64_t c = 0; c < d; c += 16) _mm_prefetch((const char *)(src + j * ld + c), _MM_HINT_T0);
+    for (int64_t j = 0; j < n; ++j) {
+        prefetch_row(src, ld, j, n, d);
+        memcpy(dst + j * ldd, src + j * ld, (size_t)d * sizeof(float));
+    }
 }
 
 /* dst (d x ldt) = src^T for src (n x d, packed by pack_rows); columns n .. ldt-1 zero. */
@@ -244,11 +285,11 @@ static void pack_transposed(const float *src, int64_t n, int64_t d, int64_t ldt,
 
 static int64_t row_block(int64_t lp) {
     int64_t rows = ROW_BLOCK_FLOATS / lp / MR * MR;
-    return rows < MR ? MR : (rows > 96 ? 96 : rows);
+    return rows < ROW_BLOCK_MIN ? ROW_BLOCK_MIN : (rows > ROW_BLOCK_MAX ? ROW_BLOCK_MAX : rows);
 }
 
 typedef struct {
-    float *qc, *kc, *vc, *kt, *vt, *s, *dp, *di, *dkc, *dvc, *row_max;
+    float *qc, *kc, *vc, *kt, *vt, *s, *dp, *di, *dkc, *dvc, *row_max, *oc;
 } Workspace;
 
 static float *alloc_floats(int64_t n) {
@@ -263,27 +304,40 @@ static int workspace_alloc(Workspace *w, const Problem *pb) {
     w->vc = alloc_floats(pb->max_length * padded_stride(pb->vdim));
     w->kt = alloc_floats(pb->dim * ld);
     w->vt = alloc_floats(pb->vdim * ld);
-    /* row_block keeps rows * lp <= ROW_BLOCK_FLOATS (or rows == MR); the stride's 16 extra
-       columns add at most 96 * 16 floats */
-    const int64_t block = rows * ld > ROW_BLOCK_FLOATS + 96 * 16 ? rows * ld : ROW_BLOCK_FLOATS + 96 * 16;
+    /* row_block keeps rows * lp <= ROW_BLOCK_FLOATS, or rows == ROW_BLOCK_MIN on the
+       longest; the stride's 16 extra columns add at most ROW_BLOCK_MAX * 16 floats */
+    const int64_t bound = ROW_BLOCK_FLOATS + ROW_BLOCK_MAX * 16;
+    const int64_t block = rows * ld > bound ? rows * ld : bound;
     w->s = alloc_floats(block);
     w->dp = alloc_floats(block);
     w->di = alloc_floats(lp);
     w->dkc = alloc_floats(pb->max_length * padded_stride(pb->dim));
     w->dvc = alloc_floats(pb->max_length * padded_stride(pb->vdim));
-    w->row_max = alloc_floats(96 * 8);
-    return w->qc && w->kc && w->vc && w->kt && w->vt && w->s && w->dp && w->di && w->dkc && w->dvc && w->row_max;
+    w->row_max = alloc_floats(ROW_BLOCK_MAX * 8);
+    w->oc = alloc_floats(ROW_BLOCK_MAX * padded_stride(dmax));
+    return w->qc && w->kc && w->vc && w->kt && w->vt && w->s && w->dp && w->di && w->dkc && w->dvc && w->row_max && w->oc;
 }
 
 static void workspace_free(Workspace *w) {
     free(w->qc); free(w->kc); free(w->vc); free(w->kt); free(w->vt); free(w->s); free(w->dp);
-    free(w->di); free(w->dkc); free(w->dvc); free(w->row_max);
+    free(w->di); free(w->dkc); free(w->dvc); free(w->row_max); free(w->oc);
 }
 
-/* n rows of d floats from src (padded_stride(d) apart) to dst (ld apart). */
-static void unpack_rows(const float *src, int64_t n, int64_t d, float *dst, int64_t ld) {
+/* n rows of d floats from src (padded_stride(d) apart) to dst (ld apart), each times
+   scale[j] if scale is given. Results are not read again here, so where alignment allows
+   they bypass the caches (no read-for-ownership of the output's lines). */
+static void store_rows(const float *src, int64_t n, int64_t d, float *dst, int64_t ld,
+                       const float *scale) {
     const int64_t lds = padded_stride(d);
-    for (int64_t j = 0; j < n; ++j) memcpy(dst + j * ld, src + j * lds, (size_t)d * sizeof(float));
+    const int stream = ((uintptr_t)dst % 32 == 0) && (ld % 8 == 0);
+    for (int64_t j = 0; j < n; ++j) {
+        const __m256 f = _mm256_set1_ps(scale ? scale[j] : 1.0f);
+        for (int64_t c = 0; c < d; c += 8) {
+            const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(src + j * lds + c), f);
+            if (stream) _mm256_stream_ps(dst + j * ld + c, x);
+            else _mm256_storeu_ps(dst + j * ld + c, x);
+        }
+    }
 }
 
 /* Unnormalized softmax in place of `rows` rows of scaled scores (n valid columns, ld
@@ -315,7 +369,7 @@ static void softmax_rows(float *s, int64_t rows, int64_t n, int64_t ld, const fl
     }
 }
 
-static void forward_item(const Problem *pb, const Item *it, Workspace *w) {
+static void forward_item(const Problem *pb, const Item *it, Workspace *w, Prefetcher *pf) {
     const int64_t h = it->head, n = it->length, d = pb->dim, dv = pb->vdim, lp = round_up(n, NR);
     const int64_t ld = padded_stride(lp), ldq = pb->heads * d, ldv = pb->heads * dv, rows = row_block(lp);
     const int64_t pd = padded_stride(d), pv = padded_stride(dv);
@@ -328,20 +382,15 @@ static void forward_item(const Problem *pb, const Item *it, Workspace *w) {
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
         const int64_t rb = n - r0 < rows ? n - r0 : rows;
         for (int64_t i = 0; i < rb * 8; ++i) w->row_max[i] = -INFINITY;
-        const Epilogue e = {.mode = SCALED_ROW_MAX, .scale = pb->scale, .valid = n, .row_max = w->row_max};
+        const Epilogue e = {.mode = SCALED_ROW_MAX, .scale = pb->scale, .valid = n, .row_max = w->row_max, .pf = pf};
         gemm_scores(rb, lp, d, w->qc + r0 * pd, pd, w->kt, ld, w->s, ld, &e);
         softmax_rows(w->s, rb, n, ld, w->row_max, w->di, lse + r0 * pb->heads, pb->heads);
-        float *o = out + r0 * ldv;
-        gemm(rb, dv, n, w->s, ld, 1, w->vc, pv, o, ldv, 0);
-        for (int64_t i = 0; i < rb; ++i) { /* normalize the rows of the output, not of P */
-            const __m256 inv = _mm256_set1_ps(w->di[i]);
-            for (int64_t c = 0; c < dv; c += 8)
-                _mm256_storeu_ps(o + i * ldv + c, _mm256_mul_ps(_mm256_loadu_ps(o + i * ldv + c), inv));
-        }
+        gemm(rb, dv, n, w->s, ld, 1, w->vc, pv, w->oc, pv, 0);
+        store_rows(w->oc, rb, dv, out + r0 * ldv, ldv, w->di); /* normalized here, not P */
     }
 }
 
-static void backward_item(const Problem *pb, const Item *it, Workspace *w) {
+static void backward_item(const Problem *pb, const Item *it, Workspace *w, Prefetcher *pf) {
     const int64_t h = it->head, n = it->length, d = pb->dim, dv = pb->vdim, lp = round_up(n, NR);
     const int64_t ld = padded_stride(lp), ldq = pb->heads * d, ldv = pb->heads * dv, rows = row_block(lp);
     const int64_t pd = padded_stride(d), pv = padded_stride(dv);
@@ -365,17 +414,44 @@ static void backward_item(const Problem *pb, const Item *it, Workspace *w) {
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
         const int64_t rb = n - r0 < rows ? n - r0 : rows;
         const Epilogue weights = {.mode = SOFTMAX_WEIGHTS, .scale = pb->scale, .valid = n,
-                                  .row = lse + r0 * pb->heads, .row_stride = pb->heads};
+                                  .row = lse + r0 * pb->heads, .row_stride = pb->heads, .pf = pf};
         gemm_scores(rb, lp, d, w->qc + r0 * pd, pd, w->kt, ld, w->s, ld, &weights);
         const Epilogue grad = {.mode = SOFTMAX_GRAD, .scale = pb->scale, .valid = n,
-                               .row = w->di + r0, .row_stride = 1, .p = w->s};
+                               .row = w->di + r0, .row_stride = 1, .p = w->s, .pf = pf};
         gemm_scores(rb, lp, dv, go + r0 * pv, pv, w->vt, ld, w->dp, ld, &grad);
         gemm(n, dv, rb, w->s, 1, ld, go + r0 * pv, pv, w->dvc, pv, r0 > 0);     /* dV += P^T dO */
-        gemm(rb, d, n, w->dp, ld, 1, w->kc, pd, dq + r0 * ldq, ldq, 0);         /* dQ = dS K */
+        gemm(rb, d, n, w->dp, ld, 1, w->kc, pd, w->oc, pd, 0);                  /* dQ = dS K */
+        store_rows(w->oc, rb, d, dq + r0 * ldq, ldq, NULL);
         gemm(n, d, rb, w->dp, 1, ld, w->qc + r0 * pd, pd, w->dkc, pd, r0 > 0);  /* dK += dS^T Q */
     }
-    unpack_rows(w->dkc, n, d, dk, ldq);
-    unpack_rows(w->dvc, n, dv, dvp, ldv);
+    store_rows(w->dkc, n, d, dk, ldq, NULL);
+    store_rows(w->dvc, n, dv, dvp, ldv, NULL);
+}
+
+static void prefetch_tensor(Prefetcher *pf, const float *x, int64_t width, const Item *it,
+                            int64_t heads) {
+    pf->base[pf->count] = x + it->start * heads * width + it->head * width;
+    pf->ld[pf->count] = heads * width;
+    pf->lines[pf->count++] = (width + 15) / 16;
+}
+
+/* The upcoming item's input rows (q, k, v; and out, dO in the backward), spread over the
+   score tiles of an item of `current` tokens (the forward has one score product per
+   row block, the backward two). */
+static void prefetcher_for(const Problem *pb, const Item *it, int64_t current, Prefetcher *pf) {
+    memset(pf, 0, sizeof(*pf));
+    pf->rows = it->length;
+    prefetch_tensor(pf, pb->q, pb->dim, it, pb->heads);
+    prefetch_tensor(pf, pb->k, pb->dim, it, pb->heads);
+    prefetch_tensor(pf, pb->v, pb->vdim, it, pb->heads);
+    if (pb->grad_out) {
+        prefetch_tensor(pf, pb->out, pb->vdim, it, pb->heads);
+        prefetch_tensor(pf, pb->grad_out, pb->vdim, it, pb->heads);
+    }
+    int64_t total = 0;
+    for (int64_t t = 0; t < pf->count; ++t) total += pf->rows * pf->lines[t];
+    const int64_t tiles = (current + MR - 1) / MR * (round_up(current, NR) / NR) * (pb->grad_out ? 2 : 1);
+    pf->per_tile = (total + tiles - 1) / tiles;
 }
 
 static void *worker(void *arg) {
@@ -386,19 +462,28 @@ static void *worker(void *arg) {
         __atomic_store_n(&pb->failed, 1, __ATOMIC_RELAXED);
         return NULL;
     }
-    for (;;) {
-        const int64_t i = __atomic_fetch_add(&pb->next, 1, __ATOMIC_RELAXED);
-        if (i >= pb->num_items) break;
-        if (pb->grad_out) backward_item(pb, pb->items + i, &w);
-        else forward_item(pb, pb->items + i, &w);
+    /* Each thread claims its next item before working on the current one, to prefetch it. */
+    int64_t i = __atomic_fetch_add(&pb->next, 1, __ATOMIC_RELAXED);
+    while (i < pb->num_items) {
+        const int64_t upcoming = __atomic_fetch_add(&pb->next, 1, __ATOMIC_RELAXED);
+        Prefetcher pf;
+        Prefetcher *p = upcoming < pb->num_items ? &pf : NULL;
+        if (p) prefetcher_for(pb, pb->items + upcoming, pb->items[i].length, p);
+        if (pb->grad_out) backward_item(pb, pb->items + i, &w, p);
+        else forward_item(pb, pb->items + i, &w, p);
+        i = upcoming;
     }
     workspace_free(&w);
+    _mm_sfence(); /* streamed results visible before the join */
     return NULL;
 }
 
+/* Longest first (balance), then by position: a sequence's heads follow each other. */
 static int longest_first(const void *a, const void *b) {
-    const int64_t la = ((const Item *)a)->length, lb = ((const Item *)b)->length;
-    return (la < lb) - (la > lb);
+    const Item *x = a, *y = b;
+    if (x->length != y->length) return (x->length < y->length) - (x->length > y->length);
+    if (x->start != y->start) return (x->start > y->start) - (x->start < y->start);
+    return (x->head > y->head) - (x->head < y->head);
 }
 
 /* Items for every (sequence, head) with a non-empty kept span, longest first. */
