@@ -1,6 +1,7 @@
 """The bucketed backend's fused CPU paths against the float64 reference.
 
-Softmax without bias or dropout (Dv == D) runs torch's fused flash kernels: sequences of
+Softmax without bias or dropout (Dv == D) runs torch's fused flash kernels (here for every
+sequence: the AVX2 kernel that takes non-causal ones by default is switched off): sequences of
 at least planning.FUSED_SOLO_MIN tokens run "solo" (read in place as views, no padding),
 shorter ones in padded chunks. The benchmark's lengths are too long for unit tests, so
 the threshold is lowered here; every case mixes solo and chunked sequences (lengths 0
@@ -18,6 +19,13 @@ from kernels.attention_spec import Spec, history_lengths, kept_spans
 FP32_TOLERANCE = 2e-5
 BF16_TOLERANCE = 1e-2
 MIXED_LENGTHS = [0, 1, 40, 3, 0, 17, 9, 1, 12, 5]  # solo from 9 tokens: 40, 17, 9, 12
+
+
+@pytest.fixture(autouse=True)
+def flash_only(monkeypatch):
+    """These tests are about torch's flash kernels: keep the AVX2 kernel (its own tests:
+    test_jagged_attention_avx2.py) from taking the non-causal sequences."""
+    monkeypatch.setattr(bucketed_module, "NATIVE", False)
 
 
 @pytest.fixture

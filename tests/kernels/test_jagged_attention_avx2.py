@@ -1,0 +1,190 @@
+"""The AVX2 kernel (kernels/avx2) against the float64 reference, and where it is used.
+
+It builds on first use with the machine's C compiler. On x86-64 with AVX2/FMA and a
+compiler (CI's machines) it must build: a broken build fails here instead of quietly
+leaving the work to torch's flash kernels.
+"""
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from jagged_attention_cases import assert_close_to_reference, make_case, run_backend
+
+import kernels.avx2.loader as native
+import kernels.bucketed.bucketed_jagged_attention as bucketed_module
+from kernels.attention_spec import Spec
+
+FP32_TOLERANCE = 2e-5
+CAN_BUILD = (platform.machine() in ("x86_64", "AMD64") and {"avx2", "fma"} <= native._cpu_flags()
+             and native._compiler() is not None)
+pytestmark = pytest.mark.skipif(not CAN_BUILD, reason="needs x86-64 with AVX2/FMA and a C compiler")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_builds_on_this_machine():
+    assert native.library() is not None, native.unavailable_reason()
+
+
+def _native_share(case) -> tuple[list[int], int]:
+    """(kept lengths the AVX2 kernel takes, number of flash chunks) for a case."""
+    spec = Spec(case.options["max_seq_len"])
+    problem = bucketed_module._Problem(case.q, case.offsets, None, None, spec, fused=True)
+    taken = [] if problem.native is None else [n for n in problem.native[1].tolist() if n > 0]
+    return taken, len(problem.chunks)
+
+
+@pytest.mark.parametrize("dim", [16, 32, 64, 128])
+def test_op_matches_reference(generator, dim):
+    """Lengths around every tile edge (6 rows, 8 and 16 columns), empty and 1-token
+    sequences, through the public op (forward and backward)."""
+    lengths = [0, 1, 2, 5, 6, 7, 13, 16, 17, 0, 40, 97]
+    case = make_case(generator, lengths, heads=3, dim=dim)
+    assert _native_share(case) == ([n for n in lengths if n > 0], 0)
+    assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
+
+
+def test_row_blocks_and_padded_strides(generator):
+    """Sequences long enough for several row blocks of scores (and a multiple of 32, whose
+    buffers get padded strides), with a given scale."""
+    case = make_case(generator, [300, 3, 640, 31], heads=2, dim=64, scale=0.3)
+    assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
+
+
+def test_longer_sequences_go_to_flash(generator, monkeypatch):
+    monkeypatch.setattr(bucketed_module, "NATIVE_MAX_LEN", 20)
+    case = make_case(generator, [3, 50, 0, 20, 21, 7], heads=2, dim=16)
+    taken, chunks = _native_share(case)
+    assert taken == [3, 20, 7] and chunks >= 1
+    assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
+
+
+def test_truncated_tokens_get_zero(generator):
+    case = make_case(generator, [12, 4, 30], heads=2, dim=16, max_seq_len=10)
+    grad_out = torch.randn(case.q.shape[0], 2, 16, generator=generator)
+    out, grads = run_backend(case, "bucketed", grad_out)
+    dropped = torch.cat([torch.arange(0, 2), torch.arange(16, 36)])  # first 2 and first 20
+    assert out[dropped].abs().max() == 0 and all(g[dropped].abs().max() == 0 for g in grads)
+    assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
+
+
+def test_bf16_inputs_compute_in_float32(generator):
+    case = make_case(generator, [9, 0, 33, 2], heads=2, dim=32, dtype=torch.bfloat16)
+    assert_close_to_reference(case, "bucketed", 1e-2, generator)
+
+
+@pytest.mark.parametrize("poisoned", ["q", "k", "v", "grad"])
+def test_non_finite_token_stays_in_its_sequence(generator, poisoned):
+    case = make_case(generator, [3, 5, 1, 7, 2], heads=2, dim=16)
+    if poisoned != "grad":
+        getattr(case, poisoned)[0] = float("nan")
+    grad_out = torch.randn(case.q.shape[0], 2, 16, generator=generator)
+    if poisoned == "grad":
+        grad_out[0] = float("nan")
+    out, grads = run_backend(case, "bucketed", grad_out)
+    others = slice(3, None)
+    assert torch.isfinite(out[others]).all()
+    assert all(torch.isfinite(g[others]).all() for g in grads)
+
+
+def _direct(q, k, v, grad_out, lengths, scale):
+    starts = torch.cumsum(lengths, 0) - lengths
+    out = torch.empty(q.shape[0], q.shape[1], v.shape[2])
+    lse = torch.empty(q.shape[0], q.shape[1])
+    native.forward(q, k, v, out, lse, starts, lengths, scale)
+    grads = [torch.empty_like(x) for x in (q, k, v)]
+    native.backward(grad_out, q, k, v, out, lse, *grads, starts, lengths, scale)
+    return out, lse, grads
+
+
+def test_value_dim_may_differ_and_lse_is_the_log_sum_exp(generator):
+    lengths = torch.tensor([4, 0, 19, 1])
+    tokens, heads, scale = int(lengths.sum()), 2, 0.2
+    q, k = (torch.randn(tokens, heads, 32, generator=generator) for _ in range(2))
+    v, grad_out = (torch.randn(tokens, heads, 16, generator=generator) for _ in range(2))
+    out, lse, grads = _direct(q, k, v, grad_out, lengths, scale)
+    first = 0
+    for n in lengths.tolist():
+        rows = slice(first, first + n)
+        leaves = [x[rows].double().transpose(0, 1).requires_grad_() for x in (q, k, v)]
+        scores = leaves[0] @ leaves[1].transpose(1, 2) * scale
+        want = torch.softmax(scores, -1) @ leaves[2]
+        want.backward(grad_out[rows].double().transpose(0, 1))
+        torch.testing.assert_close(out[rows].double(), want.transpose(0, 1).detach(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(lse[rows].double(), torch.logsumexp(scores, -1).t().detach(),
+                                   rtol=1e-5, atol=1e-6)
+        for got, leaf in zip(grads, leaves):
+            torch.testing.assert_close(got[rows].double(), leaf.grad.transpose(0, 1), rtol=1e-4, atol=1e-5)
+        first += n
+
+
+def test_thread_count_does_not_change_a_bit(generator):
+    """Each (sequence, head) is computed whole by one thread, so results are identical."""
+    lengths = torch.tensor([70, 3, 129, 0, 44, 8])
+    q, k, v, grad_out = (torch.randn(int(lengths.sum()), 4, 16, generator=generator) for _ in range(4))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _direct(q, k, v, grad_out, lengths, 0.25)
+        torch.set_num_threads(2)
+        two = _direct(q, k, v, grad_out, lengths, 0.25)
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip([one[0], one[1], *one[2]], [two[0], two[1], *two[2]]):
+        assert torch.equal(a, b)
+
+
+def test_large_scores_do_not_overflow(generator):
+    """Scores far outside exp's float32 range (softmax of nearly one-hot rows)."""
+    case = make_case(generator, [5, 24, 9], heads=1, dim=16, scale=40.0)
+    assert_close_to_reference(case, "bucketed", 1e-4, generator)
+
+
+def _python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+
+
+def test_library_is_cached_under_the_digest_of_its_inputs(tmp_path):
+    """Built once per (source, flags, compiler) into a directory named by their digest;
+    a changed source is a new digest, never the old file found by path."""
+    code = ("import kernels.avx2.loader as n, pathlib; assert n.library() is not None; "
+            "print(*sorted(p.parent.name for p in pathlib.Path(n.cache_dir()).glob('*/*.so')))")
+    first = _python(code, GEM_KERNEL_CACHE=str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    digests = first.stdout.split()
+    assert len(digests) == 1 and len(digests[0]) == 20
+    again = _python(code, GEM_KERNEL_CACHE=str(tmp_path))
+    assert again.stdout.split() == digests  # reused, not rebuilt
+    changed = tmp_path / "src" / "jagged_softmax_attention.c"
+    changed.parent.mkdir()
+    changed.write_text(native.SOURCE.read_text() + "\n/* changed */\n")
+    code_changed = code.replace("assert", f"n.SOURCE = pathlib.Path({str(changed)!r}); assert", 1)
+    third = _python(code_changed, GEM_KERNEL_CACHE=str(tmp_path))
+    assert third.returncode == 0, third.stderr
+    assert len(third.stdout.split()) == 2 and digests[0] in third.stdout.split()
+
+
+def test_switch_off_leaves_the_work_to_flash():
+    code = ("import kernels.avx2.loader as n; print(n.library() is None, n.unavailable_reason())")
+    result = _python(code, GEM_NATIVE_ATTENTION="0")
+    assert result.stdout.split()[0] == "True" and "GEM_NATIVE_ATTENTION=0" in result.stdout
+
+
+
+def test_scores_all_far_below_zero(generator):
+    """Every score of a row near -100 and below: the row maximum must come from the keys
+    alone (padding columns score 0 and would underflow every weight if counted)."""
+    lengths = [5, 11, 3]
+    case = make_case(generator, lengths, heads=1, dim=16, scale=1.0)
+    tokens = sum(lengths)
+    case.q = torch.ones(tokens, 1, 16)
+    position = torch.cat([torch.arange(n) for n in lengths]).float()
+    case.k = -(6.0 + 0.7 * position).view(-1, 1, 1).expand(tokens, 1, 16).contiguous()
+    # dq and dk are ill-conditioned here in float32 on every backend (torch's flash
+    # kernels and the pytorch backend: 1e-2 to 6e-2 relative error); out and dv are not.
+    assert_close_to_reference(case, "bucketed", 1e-4, generator, tolerances={"dq": 0.2, "dk": 0.2})
