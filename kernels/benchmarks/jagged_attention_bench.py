@@ -15,7 +15,9 @@ cores). `reps` is the batch's own (3 for default and mild, 2 for long) unless --
 given; a method whose first call takes over SLOW_CALL_SECONDS is timed once more per phase
 (`<method>_reps` = 1). The 1-minute load average is recorded
 before and after each (batch, threads) run.
-Methods: ours (softmax), ours_gdpa_causal (the HSTU form), padded_sdpa (pad to the batch
+Methods: ours (softmax: the AVX2 kernel, torch's flash kernels above 2,048 tokens),
+ours_flash (the same backend with the AVX2 kernel off: every sequence on torch's flash
+kernels), ours_gdpa_causal (the HSTU form), padded_sdpa (pad to the batch
 max, torch SDPA with a key mask), padded_gdpa_causal (HSTU's PyTorch reference recipe:
 pad, dense matmuls, SiLU, mask; default batch only, it needs ~B*H*max^2*4 bytes per score
 tensor), fbgemm_sll (fbgemm's sll_jagged_flash_attention_basic, looped over heads: on CPU
@@ -45,6 +47,7 @@ from typing import Callable
 
 import torch
 
+import kernels.bucketed.bucketed_jagged_attention as bucketed
 from kernels import jagged_attention
 from kernels.benchmarks.attention_baselines import (
     fbgemm_sll_per_head,
@@ -96,6 +99,16 @@ def _ours(q, k, v, offsets, max_len):
     return jagged_attention(q, k, v, offsets, max_seq_len=max_len, backend="bucketed")
 
 
+def _ours_flash(q, k, v, offsets, max_len):
+    """The same backend with the AVX2 kernel switched off: every sequence on torch's
+    flash kernels (the fast path before kernels/avx2)."""
+    saved, bucketed.NATIVE = bucketed.NATIVE, False
+    try:
+        return _ours(q, k, v, offsets, max_len)
+    finally:
+        bucketed.NATIVE = saved
+
+
 def _ours_gdpa_causal(q, k, v, offsets, max_len):
     return jagged_attention(q, k, v, offsets, max_seq_len=max_len, form="gdpa", causal=True,
                             backend="bucketed")
@@ -107,15 +120,17 @@ def _padded_gdpa_causal(q, k, v, offsets, max_len):
 
 METHODS = {m.name: m for m in (
     Method("ours", _ours),
+    Method("ours_flash", _ours_flash),
     Method("ours_gdpa_causal", _ours_gdpa_causal, causal=True),
     Method("padded_sdpa", padded_sdpa),
     Method("padded_gdpa_causal", _padded_gdpa_causal, causal=True, max_padded_scores=2**28),
     Method("fbgemm_sll", fbgemm_sll_per_head),
     Method("nested", nested_sdpa),
 )}
-DEFAULT_METHODS = ("ours", "ours_gdpa_causal", "padded_sdpa", "padded_gdpa_causal", "fbgemm_sll")
+DEFAULT_METHODS = ("ours", "ours_flash", "ours_gdpa_causal", "padded_sdpa", "padded_gdpa_causal",
+                   "fbgemm_sll")
 # (method, baseline computing the same thing) pairs for speedups and the agreement check.
-PAIRS = (("ours", "padded_sdpa"), ("ours", "fbgemm_sll"), ("ours", "nested"),
+PAIRS = (("ours", "padded_sdpa"), ("ours", "fbgemm_sll"), ("ours", "nested"), ("ours", "ours_flash"),
          ("ours_gdpa_causal", "padded_gdpa_causal"))
 
 

@@ -23,7 +23,8 @@ def test_every_method_agrees_with_its_baseline():
     lengths = torch.tensor([12, 3, 5, 1, 2, 6, 4, 7, 9, 2, 3, 1, 8, 5, 4, 6])
     figures = run_batch(lengths, list(METHODS), reps=1, warmup=0)
     for key in ("rel_err_ours_vs_padded_sdpa", "rel_err_ours_vs_fbgemm_sll",
-                "rel_err_ours_vs_nested", "rel_err_ours_gdpa_causal_vs_padded_gdpa_causal"):
+                "rel_err_ours_vs_nested", "rel_err_ours_vs_ours_flash",
+                "rel_err_ours_gdpa_causal_vs_padded_gdpa_causal"):
         assert figures[key] < 1e-4, key
     for name in METHODS:
         assert figures[f"{name}_fwd_bwd_ms"] > 0 and figures[f"{name}_useful_gflops"] > 0
@@ -49,6 +50,7 @@ def test_command_line_writes_results_with_machine(tmp_path):
         assert figures["ours_fraction_of_peak"] > 0 and figures["ours_fraction_of_peak_cpu"] > 0
         assert figures["speedup_ours_vs_padded_sdpa_fwd_bwd"] > 0
         assert figures["speedup_ours_vs_fbgemm_sll_fwd_bwd"] > 0
+        assert figures["speedup_ours_vs_ours_flash_fwd_bwd"] > 0
         assert figures["load_average_1min_before"] >= 0 and figures["load_average_1min_after"] >= 0
         assert figures["reps"] == 1
         assert figures["flash_ceiling_fwd_bwd_ms"] > 0
