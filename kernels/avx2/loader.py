@@ -18,6 +18,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -51,6 +52,24 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+def _build(compiler: str) -> Path:
+    """The library for this source, flags and compiler: built unless already cached."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    digest = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, version]).encode()).hexdigest()[:20]
+    target = cache_dir() / digest / "libjagged_softmax_attention.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = Path(tmp) / target.name
+        result = subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE), "-lm"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{compiler} failed on {SOURCE.name}: {result.stderr.strip()[-500:]}")
+        os.replace(built, target)  # atomic: concurrent builders leave one whole file
+    return target
+
+
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[ctypes.CDLL | None, str]:
     if os.environ.get(ENV_SWITCH, "1") == "0":
@@ -60,19 +79,14 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     compiler = _compiler()
     if compiler is None:
         return None, "no C compiler"
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    digest = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, version]).encode()).hexdigest()[:20]
-    target = cache_dir() / digest / "libjagged_softmax_attention.so"
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            built = Path(tmp) / target.name
-            result = subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE), "-lm"],
-                                    capture_output=True, text=True)
-            if result.returncode != 0:
-                return None, f"compiling {SOURCE.name} failed: {result.stderr.strip()[-500:]}"
-            os.replace(built, target)  # atomic: concurrent builders leave one whole file
-    lib = ctypes.CDLL(str(target))
+    try:
+        lib = ctypes.CDLL(str(_build(compiler)))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        # A machine that should run the kernel but can't build or load it says so once;
+        # the op still runs (on torch's flash kernels).
+        reason = f"the AVX2 attention kernel is unavailable ({error}); using torch's flash kernels"
+        warnings.warn(reason, RuntimeWarning, stacklevel=2)
+        return None, reason
     common = [_I64, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int]
     lib.jagged_softmax_forward.argtypes = [_PTR] * 7 + common
     lib.jagged_softmax_backward.argtypes = [_PTR] * 11 + common

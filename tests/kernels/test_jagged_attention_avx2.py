@@ -188,3 +188,21 @@ def test_scores_all_far_below_zero(generator):
     # dq and dk are ill-conditioned here in float32 on every backend (torch's flash
     # kernels and the pytorch backend: 1e-2 to 6e-2 relative error); out and dv are not.
     assert_close_to_reference(case, "bucketed", 1e-4, generator, tolerances={"dq": 0.2, "dk": 0.2})
+
+
+def test_unwritable_cache_falls_back_with_a_warning(tmp_path):
+    """A machine that should run the kernel but cannot build it warns and still computes."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code = ("import warnings, torch; warnings.simplefilter('always')\n"
+            "import kernels.avx2.loader as n\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    assert n.library() is None\n"
+            "print(caught[0].message)\n"
+            "from kernels import jagged_attention\n"
+            "q = torch.randn(7, 2, 16)\n"
+            "out = jagged_attention(q, q, q, torch.tensor([0, 3, 7]), max_seq_len=4)\n"
+            "print(bool(torch.isfinite(out).all()))")
+    result = _python(code, GEM_KERNEL_CACHE=str(blocker / "cache"))
+    assert result.returncode == 0, result.stderr
+    assert "AVX2 attention kernel is unavailable" in result.stdout and result.stdout.split()[-1] == "True"
