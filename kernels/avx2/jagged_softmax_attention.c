@@ -1,14 +1,16 @@
 /* Jagged softmax attention, forward and backward, for x86-64 CPUs with AVX2 and FMA.
 
    One work item per (sequence, head); items run longest first on `threads` pthreads.
-   Per item, query rows go in blocks of up to ROW_BLOCK: the block's scores against every
-   key (row block x Lp, Lp = L rounded up to 16) are materialized in a per-thread buffer
-   that stays in L2, so softmax needs no online rescaling and the forward stores only
-   the per-row log-sum-exp. The backward recomputes the block's weights from it (flash
-   style: no saved attention weights). Every product is one register-tiled GEMM
-   (`gemm`: 6 x 16 tiles, 12 accumulators), and each item reads only its own tokens'
-   rows, so nothing crosses sequences. Layouts: q, k (T, H, D), v, out (T, H, Dv), lse
-   (T, H), all contiguous float32; D and Dv multiples of 16. Python side: loader.py. */
+   Per item, query rows go in blocks (row_block): the block's scores against every key
+   (rows x Lp, Lp = L rounded up to 16) are materialized in a per-thread buffer that
+   stays in L2, so softmax needs no online rescaling and the forward stores only the
+   per-row log-sum-exp. The backward recomputes the block's weights from it (flash style:
+   no saved attention weights). Every product is one register-tiled GEMM (6 x 16 tiles,
+   12 accumulators); score products apply the softmax in their tiles' epilogue
+   (gemm_scores). Each item reads only its own tokens' rows, so nothing crosses
+   sequences. Layouts: q, k (T, H, D), v, out (T, H, Dv), lse (T, H), all contiguous
+   float32; D and Dv multiples of 16. Python side and the design notes: loader.py,
+   kernels/README.md. */
 
 #include <immintrin.h>
 #include <math.h>
