@@ -8,13 +8,14 @@ Workload: fp32, 4 heads x 64. Batches (long-tailed log-normal lengths, sigma 1, 
 sequence at the max so padding is fixed): "default" = 256 sequences, mean ~80, max 1024;
 "long" = 32 sequences, mean ~800, max 4096; "mild" = 256, mean ~80, max 160, sigma 0.35.
 
-Every method is timed the same way: `--warmup` untimed calls, then `reps` timed calls of
-forward (no_grad) and of forward+backward (grads of q, k, v); best and median are kept, and
-the best process CPU time (less inflated than wall time when other processes share the
-cores). `reps` is the batch's own (3 for default and mild, 2 for long) unless --reps is
-given; a method whose first call takes over SLOW_CALL_SECONDS is timed once more per phase
-(`<method>_reps` = 1). The 1-minute load average is recorded
-before and after each (batch, threads) run.
+Every method is timed the same way: `--warmup` untimed calls, then `reps` rounds in which
+every method makes one timed call of forward (no_grad) and one of forward+backward (grads
+of q, k, v), interleaved so that the machine's speed drifting during the run reaches every
+method alike; best and median are kept, and the best process CPU time (less inflated than
+wall time when other processes share the cores). `reps` is the batch's own (3 for default
+and mild, 2 for long) unless --reps is given; a method whose first call takes over
+SLOW_CALL_SECONDS is timed once more per phase, outside the rounds (`<method>_reps` = 1).
+The 1-minute load average is recorded before and after each (batch, threads) run.
 Methods: ours (softmax: the AVX2 kernel, torch's flash kernels above 2,048 tokens),
 ours_flash (the same backend with the AVX2 kernel off: every sequence on torch's flash
 kernels), ours_gdpa_causal (the HSTU form), padded_sdpa (pad to the batch
@@ -27,8 +28,8 @@ nested-tensor SDPA; opt-in with --methods, it takes minutes).
 Useful FLOP/s count real work only: forward 4 L^2 D per sequence and head (QK^T and PV;
 causal half of it), backward twice the forward; padding and recomputation are not counted.
 `matmul_peak_gflops` is a 2048^3 fp32 torch.mm timed the same way in the same run, before
-and after the methods (the higher of the two is kept, so a quieter moment is not counted
-as our speed), so `ours_fraction_of_peak` is comparable across machines; the `_cpu`
+and after the methods and once in every round (the highest is kept, so a quieter moment is
+not counted as our speed), so `ours_fraction_of_peak` is comparable across machines; the `_cpu`
 variants divide by process CPU time instead of wall time (both for us and the peak).
 `dense_flash_*` (skip with --no-dense-flash): a reference, the same score work on torch's
 own fused attention (SDPA) with nothing jagged, each power-of-two length bin as one dense
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -202,9 +204,33 @@ def wait_for_load(limit: float | None, max_seconds: float = 600.0) -> float:
     return time.perf_counter() - start
 
 
+def _record(figures: dict[str, float], name: str, fwd: dict, fwd_bwd: dict, flops: float) -> None:
+    figures[f"{name}_fwd_ms"] = 1e3 * fwd["best_s"]
+    figures[f"{name}_fwd_median_ms"] = 1e3 * fwd["median_s"]
+    figures[f"{name}_fwd_bwd_ms"] = 1e3 * fwd_bwd["best_s"]
+    figures[f"{name}_fwd_bwd_median_ms"] = 1e3 * fwd_bwd["median_s"]
+    figures[f"{name}_fwd_bwd_cpu_ms"] = 1e3 * fwd_bwd["best_cpu_s"]
+    figures[f"{name}_useful_gflops"] = flops / fwd_bwd["best_s"] / 1e9
+    figures[f"{name}_useful_gflops_cpu"] = flops / fwd_bwd["best_cpu_s"] / 1e9
+
+
+def _summary(samples: list[dict]) -> dict[str, float]:
+    """time_best's figures over single-call samples."""
+    seconds = [x["best_s"] for x in samples]
+    return {"best_s": min(seconds), "median_s": statistics.median(seconds),
+            "best_cpu_s": min(x["best_cpu_s"] for x in samples)}
+
+
 def run_batch(lengths: Tensor, methods: list[str], reps: int, warmup: int,
               seed: int = 1) -> dict[str, float]:
-    """Times (ms, best and median), useful GFLOP/s, speedups and agreement for one batch."""
+    """Times (ms, best and median), useful GFLOP/s, speedups and agreement for one batch.
+
+    After each method's warm-up, the methods (and a matmul for the peak,
+    `matmul_peak_gflops_rounds`) are timed in `reps` interleaved rounds, one call of each
+    phase per method per round, so a change in the machine's speed during the run reaches
+    every method alike instead of whichever ran then. Slow methods (first call over
+    SLOW_CALL_SECONDS) are timed once, outside the rounds.
+    """
     generator = torch.Generator().manual_seed(seed)
     offsets = offsets_from_lengths(lengths)
     max_len = int(lengths.max())
@@ -214,7 +240,7 @@ def run_batch(lengths: Tensor, methods: list[str], reps: int, warmup: int,
     figures: dict[str, float] = {"padding_fraction": padding_fraction(lengths),
                                  "mean_length": float(lengths.float().mean()),
                                  "max_length": max_len, "tokens": int(offsets[-1])}
-    outputs = {}
+    outputs, rounds = {}, {}
     for name in methods:
         method = METHODS[name]
         padded_scores = lengths.numel() * HEADS * max_len**2
@@ -236,23 +262,32 @@ def run_batch(lengths: Tensor, methods: list[str], reps: int, warmup: int,
             # One more call of each phase: that first call warmed both.
             fwd, fwd_bwd = time_best(forward, 1, 0), time_best(forward_backward, 1, 0)
             figures[f"{name}_reps"] = 1
+            _record(figures, name, fwd, fwd_bwd, useful_flops(lengths, method.causal))
         else:
             for _ in range(warmup):
                 forward()
-            fwd = time_best(forward, reps, 0)
-            fwd_bwd = time_best(forward_backward, reps, max(warmup - 1, 0))
-        figures[f"{name}_fwd_ms"] = 1e3 * fwd["best_s"]
-        figures[f"{name}_fwd_median_ms"] = 1e3 * fwd["median_s"]
-        figures[f"{name}_fwd_bwd_ms"] = 1e3 * fwd_bwd["best_s"]
-        figures[f"{name}_fwd_bwd_median_ms"] = 1e3 * fwd_bwd["median_s"]
-        figures[f"{name}_fwd_bwd_cpu_ms"] = 1e3 * fwd_bwd["best_cpu_s"]
-        figures[f"{name}_useful_gflops"] = (
-            useful_flops(lengths, method.causal) / fwd_bwd["best_s"] / 1e9)
-        figures[f"{name}_useful_gflops_cpu"] = (
-            useful_flops(lengths, method.causal) / fwd_bwd["best_cpu_s"] / 1e9)
-        print(f"  {name:<20} fwd {figures[f'{name}_fwd_ms']:9.1f} ms   fwd+bwd "
-              f"{figures[f'{name}_fwd_bwd_ms']:9.1f} ms (median "
-              f"{figures[f'{name}_fwd_bwd_median_ms']:.1f})", flush=True)
+            for _ in range(max(warmup - 1, 0)):
+                forward_backward()
+            rounds[name] = (forward, forward_backward, [], [])
+    size = PEAK_MATMUL_SIZE
+    a, b, product = torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)
+    peak = []
+    for _ in range(reps):
+        peak.append(time_best(lambda: torch.mm(a, b, out=product), 1, 0))
+        for forward, forward_backward, fwd_samples, fwd_bwd_samples in rounds.values():
+            fwd_samples.append(time_best(forward, 1, 0))
+            fwd_bwd_samples.append(time_best(forward_backward, 1, 0))
+    for name, (_, _, fwd_samples, fwd_bwd_samples) in rounds.items():
+        _record(figures, name, _summary(fwd_samples), _summary(fwd_bwd_samples),
+                useful_flops(lengths, METHODS[name].causal))
+    if peak:
+        figures["matmul_peak_gflops_rounds"] = 2 * size**3 / _summary(peak)["best_s"] / 1e9
+        figures["matmul_peak_gflops_rounds_cpu"] = 2 * size**3 / _summary(peak)["best_cpu_s"] / 1e9
+    for name in methods:
+        if f"{name}_fwd_bwd_ms" in figures:
+            print(f"  {name:<20} fwd {figures[f'{name}_fwd_ms']:9.1f} ms   fwd+bwd "
+                  f"{figures[f'{name}_fwd_bwd_ms']:9.1f} ms (median "
+                  f"{figures[f'{name}_fwd_bwd_median_ms']:.1f})", flush=True)
     for ours, base in PAIRS:
         if ours in outputs and base in outputs:
             for phase in ("fwd", "fwd_bwd", "fwd_bwd_cpu"):
@@ -322,10 +357,12 @@ def main(argv: list[str] | None = None) -> dict:
             if not args.no_dense_flash:
                 figures.update(dense_flash_bins(lengths, reps, max(warmup, 1)))
             peak_after, peak_cpu_after = matmul_peak_gflops(3, 1)
-            figures.update(matmul_peak_gflops=max(peak_before, peak_after),
+            figures.update(matmul_peak_gflops=max(peak_before, peak_after,
+                                                  figures.get("matmul_peak_gflops_rounds", 0.0)),
                            matmul_peak_gflops_before=peak_before,
                            matmul_peak_gflops_after=peak_after,
-                           matmul_peak_gflops_cpu=max(peak_cpu_before, peak_cpu_after),
+                           matmul_peak_gflops_cpu=max(peak_cpu_before, peak_cpu_after,
+                                                      figures.get("matmul_peak_gflops_rounds_cpu", 0.0)),
                            load_average_1min_before=load_before,
                            load_average_1min_after=os.getloadavg()[0], reps=reps,
                            waited_for_load_s=waited)

@@ -46,7 +46,8 @@ def test_command_line_writes_results_with_machine(tmp_path):
         figures = payload[key]
         assert figures["ours_fwd_bwd_ms"] > 0 and figures["ours_fwd_bwd_cpu_ms"] > 0
         assert figures["matmul_peak_gflops"] == max(figures["matmul_peak_gflops_before"],
-                                                    figures["matmul_peak_gflops_after"])
+                                                    figures["matmul_peak_gflops_after"],
+                                                    figures["matmul_peak_gflops_rounds"])
         assert figures["ours_fraction_of_peak"] > 0 and figures["ours_fraction_of_peak_cpu"] > 0
         assert figures["speedup_ours_vs_padded_sdpa_fwd_bwd"] > 0
         assert figures["speedup_ours_vs_fbgemm_sll_fwd_bwd"] > 0
@@ -97,3 +98,25 @@ def test_dense_flash_bins_times_every_bin():
     assert figures["dense_flash_fwd_bwd_ms"] > 0
     assert figures["dense_flash_useful_gflops"] == pytest.approx(
         useful_flops(lengths, causal=False) / figures["dense_flash_fwd_bwd_ms"] * 1e3 / 1e9)
+
+
+def test_methods_are_timed_in_interleaved_rounds(monkeypatch):
+    """Round r times every method before round r + 1 starts (drift reaches all alike)."""
+    import kernels.benchmarks.jagged_attention_bench as bench
+
+    calls = []
+
+    def traced(name, fn):
+        def run(*args):
+            calls.append(name)
+            return fn(*args)
+        return run
+
+    methods = {name: bench.Method(name, traced(name, bench.METHODS[name].fn))
+               for name in ("ours", "ours_flash")}
+    monkeypatch.setattr(bench, "METHODS", methods)
+    monkeypatch.setattr(bench, "PEAK_MATMUL_SIZE", 64)
+    figures = run_batch(torch.tensor([5, 3, 9]), list(methods), reps=3, warmup=1)
+    timed = calls[-12:]  # 3 rounds x 2 methods x (forward, forward+backward)
+    assert timed == ["ours", "ours", "ours_flash", "ours_flash"] * 3
+    assert figures["matmul_peak_gflops_rounds"] > 0
