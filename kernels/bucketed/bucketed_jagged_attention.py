@@ -5,8 +5,10 @@ then per head group S = Q K^T / sqrt(D) (+ bias), mask, softmax or act(S)/L, O =
 and scatter O back to its tokens. The backward recomputes S chunk by chunk instead of
 saving the weights, so peak extra memory is one chunk's score buffers whatever the batch.
 Softmax without bias, without dropout and with Dv == D (float32 and half types, on CPU)
-instead runs torch's fused CPU flash-attention kernels per chunk, forward and backward;
-the forward then returns the per-token log-sum-exp that the fused backward needs.
+is "fused": non-causal sequences without targets, windows or contextual tokens, up to
+NATIVE_MAX_LEN tokens, run the AVX2 kernel (kernels/avx2) in one call; the rest run torch's
+fused CPU flash-attention kernels per chunk, forward and backward. The forward then
+returns the per-token log-sum-exp that both fused backwards need.
 Padding positions read zeros (never another token), so a non-finite value stays in its
 own sequence.
 Shape legend: kernels/attention_spec.py (n sequences in a chunk, Lp its padded size).
