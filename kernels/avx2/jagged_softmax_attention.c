@@ -255,24 +255,10 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
    spread over every L1 set (a power-of-two stride maps them all to a few sets). */
 static int64_t padded_stride(int64_t width) { return width % 32 == 0 ? width + 16 : width; }
 
-#define PREFETCH_ROWS 8
-
-/* Prefetch d floats of row j + PREFETCH_ROWS: a head's slice of a token row is a few
-   cache lines a whole (H, D) row apart, a stride the hardware prefetchers pick up late. */
-static inline void prefetch_row(const float *src, int64_t ld, int64_t j, int64_t n, int64_t d) {
-    if (j + PREFETCH_ROWS < n)
-        for (int64_t c = 0; c < d; c += 16) _mm_prefetch((const char *)(src + (j + PREFETCH_ROWS) * ld + c), _MM_HINT_T0);
-}
-
 /* dst (n rows, padded_stride(d) apart) = n rows of d floats, ld apart. */
 static void pack_rows(const float *src, int64_t ld, int64_t n, int64_t d, float *dst) {
     const int64_t ldd = padded_stride(d);
-    for (int64_t j = 0; j < PREFETCH_ROWS && j < n; ++j)
-        for (int64_t c = 0; c < d; c += 16) _mm_prefetch((const char *)(src + j * ld + c), _MM_HINT_T0);
-    for (int64_t j = 0; j < n; ++j) {
-        prefetch_row(src, ld, j, n, d);
-        memcpy(dst + j * ldd, src + j * ld, (size_t)d * sizeof(float));
-    }
+    for (int64_t j = 0; j < n; ++j) memcpy(dst + j * ldd, src + j * ld, (size_t)d * sizeof(float));
 }
 
 /* dst (d x ldt) = src^T for src (n x d, packed by pack_rows); columns n .. ldt-1 zero. */
@@ -291,7 +277,8 @@ static int64_t row_block(int64_t lp) {
 }
 
 typedef struct {
-    float *qc, *kc, *vc, *kt, *vt, *s, *dp, *di, *dkc, *dvc, *row_max, *oc;
+    float *qc, *kc, *vc, *kt, *vt, *s, *dp, *dkc, *dvc, *row_max, *oc;
+    float *di; /* one value per row: dO.O in the backward, 1 / the softmax sum in the forward */
 } Workspace;
 
 static float *alloc_floats(int64_t n) {
@@ -301,7 +288,7 @@ static float *alloc_floats(int64_t n) {
 static int workspace_alloc(Workspace *w, const Problem *pb) {
     const int64_t lp = round_up(pb->max_length, NR), ld = padded_stride(lp), rows = row_block(lp);
     const int64_t dmax = pb->dim > pb->vdim ? pb->dim : pb->vdim;
-    w->qc = alloc_floats(pb->max_length * padded_stride(dmax));
+    w->qc = alloc_floats(pb->max_length * padded_stride(pb->dim));
     w->kc = alloc_floats(pb->max_length * padded_stride(pb->dim));
     w->vc = alloc_floats(pb->max_length * padded_stride(pb->vdim));
     w->kt = alloc_floats(pb->dim * ld);

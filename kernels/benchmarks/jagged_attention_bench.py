@@ -185,13 +185,21 @@ PEAK_MATMUL_SIZE = 2048
 SLOW_CALL_SECONDS = 20.0
 
 
+def _matmul(size: int) -> Callable[[], object]:
+    """One size^3 fp32 torch.mm (2 size^3 FLOPs) on inputs made once."""
+    a, b, out = torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)
+    return lambda: torch.mm(a, b, out=out)
+
+
+def _gflops(size: int, timing: dict) -> tuple[float, float]:
+    """(by wall time, by process CPU time) for a size^3 matmul's timing."""
+    return 2 * size**3 / timing["best_s"] / 1e9, 2 * size**3 / timing["best_cpu_s"] / 1e9
+
+
 def matmul_peak_gflops(reps: int, warmup: int, size: int | None = None) -> tuple[float, float]:
     """(GFLOP/s by wall time, by process CPU time) of a size^3 fp32 torch.mm."""
     size = size or PEAK_MATMUL_SIZE
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    out = torch.empty(size, size)
-    timing = time_best(lambda: torch.mm(a, b, out=out), reps, warmup)
-    return 2 * size**3 / timing["best_s"] / 1e9, 2 * size**3 / timing["best_cpu_s"] / 1e9
+    return _gflops(size, time_best(_matmul(size), reps, warmup))
 
 
 def wait_for_load(limit: float | None, max_seconds: float = 600.0) -> float:
@@ -269,11 +277,9 @@ def run_batch(lengths: Tensor, methods: list[str], reps: int, warmup: int,
             for _ in range(max(warmup - 1, 0)):
                 forward_backward()
             rounds[name] = (forward, forward_backward, [], [])
-    size = PEAK_MATMUL_SIZE
-    a, b, product = torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)
-    peak = []
+    matmul, peak = _matmul(PEAK_MATMUL_SIZE), []
     for _ in range(reps):
-        peak.append(time_best(lambda: torch.mm(a, b, out=product), 1, 0))
+        peak.append(time_best(matmul, 1, 0))
         for forward, forward_backward, fwd_samples, fwd_bwd_samples in rounds.values():
             fwd_samples.append(time_best(forward, 1, 0))
             fwd_bwd_samples.append(time_best(forward_backward, 1, 0))
@@ -281,8 +287,8 @@ def run_batch(lengths: Tensor, methods: list[str], reps: int, warmup: int,
         _record(figures, name, _summary(fwd_samples), _summary(fwd_bwd_samples),
                 useful_flops(lengths, METHODS[name].causal))
     if peak:
-        figures["matmul_peak_gflops_rounds"] = 2 * size**3 / _summary(peak)["best_s"] / 1e9
-        figures["matmul_peak_gflops_rounds_cpu"] = 2 * size**3 / _summary(peak)["best_cpu_s"] / 1e9
+        (figures["matmul_peak_gflops_rounds"],
+         figures["matmul_peak_gflops_rounds_cpu"]) = _gflops(PEAK_MATMUL_SIZE, _summary(peak))
     for name in methods:
         if f"{name}_fwd_bwd_ms" in figures:
             print(f"  {name:<20} fwd {figures[f'{name}_fwd_ms']:9.1f} ms   fwd+bwd "

@@ -53,7 +53,7 @@ def _native_applies(spec: Spec, q: Tensor, with_targets: bool) -> bool:
     """Whether the AVX2 kernel (kernels/avx2) takes a fused call's short sequences:
     non-causal, no targets, window or contextual tokens, head dims multiples of 16."""
     return (NATIVE and not spec.causal and not with_targets and spec.plain_mask
-            and native.supports(q, q))
+            and native.supports(q))
 
 
 def uses_fused_softmax(spec: Spec, attn_bias: Tensor | None, q: Tensor, v: Tensor) -> bool:
