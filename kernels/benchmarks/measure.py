@@ -15,6 +15,7 @@ the run. It counts everything the step touches (tensors, MKL/OpenMP scratch), Li
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 import statistics
 import time
@@ -67,3 +68,19 @@ def peak_rss_growth_mb(fn: Callable[[], object]) -> float | None:
         return (_status_bytes("VmHWM") - before) / 2**20
     except (OSError, RuntimeError):
         return None
+
+
+def median_interval(values: list[float], level: float = 0.95
+                    ) -> tuple[float, float | None, float | None]:
+    """(median, low, high): a distribution-free interval for the median of what `values`
+    sample, from their order statistics. [x_(j), x_(n+1-j)] covers the median with
+    probability 1 - 2 P(Binomial(n, 1/2) < j); j is the largest that keeps it >= level.
+    Below 6 values no pair of order statistics reaches 95%: low and high are None."""
+    xs, n = sorted(values), len(values)
+    below = 0.0  # P(Binomial(n, 1/2) < j)
+    j = 0
+    while j < n // 2 and 1 - 2 * (below + math.comb(n, j) / 2**n) >= level:
+        below += math.comb(n, j) / 2**n
+        j += 1
+    median = statistics.median(xs)
+    return (median, xs[j - 1], xs[n - j]) if j else (median, None, None)

@@ -120,3 +120,46 @@ def test_methods_are_timed_in_interleaved_rounds(monkeypatch):
     timed = calls[-12:]  # 3 rounds x 2 methods x (forward, forward+backward)
     assert timed == ["ours", "ours", "ours_flash", "ours_flash"] * 3
     assert figures["matmul_peak_gflops_rounds"] > 0
+
+
+def test_median_interval_takes_the_order_statistics_that_cover_95_percent():
+    from kernels.benchmarks.measure import median_interval
+
+    assert median_interval([3.0, 1.0, 2.0, 5.0, 4.0]) == (3.0, None, None)  # 5: at most 94%
+    assert median_interval([6.0, 1.0, 3.0, 2.0, 5.0, 4.0]) == (3.5, 1.0, 6.0)  # 96.9%
+    assert median_interval(list(range(1, 10))) == (5, 2, 8)  # 1 - 2 * 10/512 = 96.1%
+    assert median_interval(list(range(1, 13))) == (6.5, 3, 10)  # 1 - 2 * 79/4096 = 96.1%
+
+
+def test_paired_figures_compare_calls_of_the_same_round(monkeypatch):
+    """The machine's speed alternates between rounds (x1, x4): a baseline twice as slow
+    as ours in every round gets a paired speedup of 2 with an interval around it."""
+    import itertools
+    import time
+
+    import kernels.benchmarks.jagged_attention_bench as bench
+
+    slowdown = itertools.cycle([1, 4])
+
+    def method(seconds):
+        def fn(q, k, v, offsets, max_len):
+            if seconds == 0.004 and not torch.is_grad_enabled():  # ours' forward opens a round
+                method.factor = next(slowdown)
+            time.sleep(seconds * method.factor)
+            return q * 1.0 + k * 0.0 + v * 0.0
+        return fn
+
+    method.factor = 1
+    monkeypatch.setattr(bench, "METHODS", {"ours": bench.Method("ours", method(0.004)),
+                                           "base": bench.Method("base", method(0.008))})
+    monkeypatch.setattr(bench, "PAIRS", (("ours", "base"),))
+    monkeypatch.setattr(bench, "PEAK_MATMUL_SIZE", 64)
+    figures = run_batch(torch.tensor([5, 3, 9]), ["ours", "base"], reps=8, warmup=1)
+    speedup = figures["paired_speedup_ours_vs_base_fwd_bwd"]
+    assert 1.7 < figures["paired_speedup_ours_vs_base_fwd_bwd_lo"] <= speedup
+    assert speedup <= figures["paired_speedup_ours_vs_base_fwd_bwd_hi"] < 2.4
+    assert figures["paired_ours_fraction_of_peak"] > 0
+    assert figures["paired_ours_fraction_of_peak_lo"] <= figures["paired_ours_fraction_of_peak"]
+    few = run_batch(torch.tensor([5, 3, 9]), ["ours", "base"], reps=3, warmup=0)
+    assert "paired_speedup_ours_vs_base_fwd_bwd" in few
+    assert "paired_speedup_ours_vs_base_fwd_bwd_lo" not in few
