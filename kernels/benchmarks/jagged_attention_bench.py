@@ -6,7 +6,8 @@
 
 Workload: fp32, 4 heads x 64. Batches (long-tailed log-normal lengths, sigma 1, the first
 sequence at the max so padding is fixed): "default" = 256 sequences, mean ~80, max 1024;
-"long" = 32 sequences, mean ~800, max 4096; "mild" = 256, mean ~80, max 160, sigma 0.35.
+"long" = 32 sequences, mean ~800, max 4096; "mild" = 256, mean ~80, max 160, sigma 0.35;
+"uniform<L>" = every sequence L long, 2M // L^2 of them (e.g. --batch uniform16,uniform256).
 
 Every method is timed the same way: `--warmup` untimed calls, then `reps` rounds in which
 every method makes one timed call of forward (no_grad) and one of forward+backward (grads
@@ -92,6 +93,18 @@ BATCHES = {
     "mild": BatchShape(256, 80.0, 160, 0.35),
 }
 DEFAULT_BATCHES = ("default", "long")
+UNIFORM_SCORES = 2_000_000  # per head in a "uniform<L>" batch: B = this // L^2 sequences
+
+
+def batch_shape(name: str) -> BatchShape | None:
+    """A named batch, or "uniform<L>" (every sequence L tokens long, ~2M scores per head:
+    the kernel's speed at one length); None for an unknown name."""
+    if name in BATCHES:
+        return BATCHES[name]
+    if name.startswith("uniform") and name[7:].isdigit() and int(name[7:]) > 0:
+        length = int(name[7:])
+        return BatchShape(max(UNIFORM_SCORES // length**2, 1), float(length), length, 0.0)
+    return None
 QUICK_BATCH = BatchShape(16, 10.0, 64, 1.0, reps=1)
 
 
@@ -352,7 +365,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="comma-separated torch thread counts (default: 1 and torch's, "
                              "%(default)s)")
     parser.add_argument("--batch", default=",".join(DEFAULT_BATCHES),
-                        help=f"comma-separated batches among {sorted(BATCHES)} (default %(default)s)")
+                        help=f"comma-separated batches among {sorted(BATCHES)} or uniform<L> "
+                             "(default %(default)s)")
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                         help=f"comma-separated, among {sorted(METHODS)}")
     parser.add_argument("--reps", type=int, default=None,
@@ -374,11 +388,11 @@ def main(argv: list[str] | None = None) -> dict:
     threads = [int(t) for t in _list(args.threads)]
     methods = _list(args.methods)
     unknown = [m for m in methods if m not in METHODS] + [
-        b for b in _list(args.batch) if b not in BATCHES]
+        b for b in _list(args.batch) if batch_shape(b) is None]
     if unknown:
         parser.error(f"unknown methods or batches {unknown}")
     warmup = 0 if args.quick else args.warmup
-    batches = {"quick": QUICK_BATCH} if args.quick else {b: BATCHES[b] for b in _list(args.batch)}
+    batches = {"quick": QUICK_BATCH} if args.quick else {b: batch_shape(b) for b in _list(args.batch)}
     results: dict = {}
     rows = []
     for batch_name, shape in batches.items():

@@ -163,3 +163,17 @@ def test_paired_figures_compare_calls_of_the_same_round(monkeypatch):
     few = run_batch(torch.tensor([5, 3, 9]), ["ours", "base"], reps=3, warmup=0)
     assert "paired_speedup_ours_vs_base_fwd_bwd" in few
     assert "paired_speedup_ours_vs_base_fwd_bwd_lo" not in few
+
+
+def test_uniform_batches_hold_sequences_of_one_length():
+    from kernels.benchmarks.jagged_attention_bench import batch_shape, main
+    from kernels.jagged_inputs import long_tailed_lengths
+
+    shape = batch_shape("uniform48")
+    lengths = long_tailed_lengths(shape.batch, shape.mean, shape.max_len, shape.sigma,
+                                  torch.Generator().manual_seed(0))
+    assert lengths.unique().tolist() == [48] and shape.batch == 2_000_000 // 48**2
+    assert batch_shape("uniform4096").batch == 1
+    assert batch_shape("uniform") is None and batch_shape("uniform0") is None
+    with pytest.raises(SystemExit):
+        main(["--batch", "uniformx"])
