@@ -15,11 +15,20 @@ from kernels.attention_spec import ACTIVATIONS
 
 FP32_TOLERANCE = 2e-5  # "far under 1e-3"; observed ~1e-7
 BF16_TOLERANCE = 1e-2
+# Triton rounds the attention weights and dS to bf16 before its dots (the flash-attention
+# recipe, so that they run on tensor cores); the CPU backends keep them in float32 and
+# round once. On test_matches_reference_bf16's softmax case over 300 seeds: bucketed
+# <= 2.2e-3 (2.7e-3 dbias); Triton out 3.3e-3, dq and dk median 7.4e-3, max 1.05e-2.
+TRITON_BF16_TOLERANCE = 2e-2
 # The bias gradient sums dS over many (query, key) pairs, and softmax's dS sums to zero
 # along each row: heavy cancellation. Flash-style backwards (Triton here) take
 # Delta = rowsum(dO * O) from the bf16 output, whose rounding that cancellation
-# amplifies to ~1e-2 relative error in dbias (q, k, v gradients stay ~3e-3).
-BF16_BIAS_GRAD_TOLERANCE = 3e-2
+# amplifies: Triton's dbias over the same 300 seeds had median 5.8e-3, max 2.2e-2.
+BF16_BIAS_GRAD_TOLERANCE = 5e-2
+
+
+def bf16_tolerance(backend: str) -> float:
+    return TRITON_BF16_TOLERANCE if backend == "triton" else BF16_TOLERANCE
 
 BACKENDS = ["bucketed", "triton"]
 OPTION_GRID = [
@@ -50,7 +59,7 @@ def test_matches_reference_bf16(generator, backend, form):
     _skip_without_triton(backend)
     case = make_case(generator, [7, 2, 12], heads=2, dim=16, dtype=torch.bfloat16, form=form,
                      causal=True, bias_radius=4, with_targets=True)
-    assert_close_to_reference(case, backend, BF16_TOLERANCE, generator,
+    assert_close_to_reference(case, backend, bf16_tolerance(backend), generator,
                               tolerances={"dbias": BF16_BIAS_GRAD_TOLERANCE})
 
 
@@ -130,7 +139,7 @@ def test_registered_activation_runs_on_bucketed(generator):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, FP32_TOLERANCE), (torch.bfloat16, BF16_TOLERANCE)])
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, FP32_TOLERANCE), (torch.bfloat16, TRITON_BF16_TOLERANCE)])
 @pytest.mark.parametrize("options", OPTION_GRID[:8], ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_triton_on_gpu_matches_reference(generator, dtype, tolerance, options):
     lengths = torch.randint(0, 300, (16,), generator=generator).tolist() + [700]
@@ -162,11 +171,12 @@ def test_tokens_before_the_first_offset_are_refused(generator, backend):
         run_backend(case, backend)
 
 
-@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, FP32_TOLERANCE), (torch.bfloat16, BF16_TOLERANCE)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_softmax_without_bias_and_value_dim_differs(generator, backend, dtype, tolerance):
+def test_softmax_without_bias_and_value_dim_differs(generator, backend, dtype):
     """The default CPU path (softmax, no bias) with Dv != D (issue 17, defect 1)."""
     _skip_without_triton(backend)
+    tolerance = FP32_TOLERANCE if dtype == torch.float32 else bf16_tolerance(backend)
     for value_dim in (32, 8):
         case = make_case(generator, [9, 3, 14, 0], heads=2, dim=16, value_dim=value_dim,
                          dtype=dtype)
