@@ -143,21 +143,23 @@ def test_paired_figures_compare_calls_of_the_same_round(monkeypatch):
 
     def method(seconds):
         def fn(q, k, v, offsets, max_len):
-            if seconds == 0.004 and not torch.is_grad_enabled():  # ours' forward opens a round
+            if seconds == 0.01 and not torch.is_grad_enabled():  # ours' forward opens a round
                 method.factor = next(slowdown)
             time.sleep(seconds * method.factor)
             return q * 1.0 + k * 0.0 + v * 0.0
         return fn
 
     method.factor = 1
-    monkeypatch.setattr(bench, "METHODS", {"ours": bench.Method("ours", method(0.004)),
-                                           "base": bench.Method("base", method(0.008))})
+    monkeypatch.setattr(bench, "METHODS", {"ours": bench.Method("ours", method(0.01)),
+                                           "base": bench.Method("base", method(0.02))})
     monkeypatch.setattr(bench, "PAIRS", (("ours", "base"),))
     monkeypatch.setattr(bench, "PEAK_MATMUL_SIZE", 64)
-    figures = run_batch(torch.tensor([5, 3, 9]), ["ours", "base"], reps=8, warmup=1)
+    figures = run_batch(torch.tensor([5, 3, 9]), ["ours", "base"], reps=9, warmup=1)
     speedup = figures["paired_speedup_ours_vs_base_fwd_bwd"]
-    assert 1.7 < figures["paired_speedup_ours_vs_base_fwd_bwd_lo"] <= speedup
-    assert speedup <= figures["paired_speedup_ours_vs_base_fwd_bwd_hi"] < 2.4
+    # (a pytest-xdist neighbour on the other core can stretch a call: bounds with margin)
+    assert 1.7 < speedup < 2.3
+    assert 1.0 < figures["paired_speedup_ours_vs_base_fwd_bwd_lo"] <= speedup
+    assert speedup <= figures["paired_speedup_ours_vs_base_fwd_bwd_hi"] < 4.0
     assert figures["paired_ours_fraction_of_peak"] > 0
     assert figures["paired_ours_fraction_of_peak_lo"] <= figures["paired_ours_fraction_of_peak"]
     few = run_batch(torch.tensor([5, 3, 9]), ["ours", "base"], reps=3, warmup=0)
