@@ -93,6 +93,7 @@ BATCHES = {
     "mild": BatchShape(256, 80.0, 160, 0.35),
 }
 DEFAULT_BATCHES = ("default", "long")
+QUICK_BATCH = BatchShape(16, 10.0, 64, 1.0, reps=1)
 UNIFORM_SCORES = 2_000_000  # per head in a "uniform<L>" batch: B = this // L^2 sequences
 
 
@@ -105,7 +106,6 @@ def batch_shape(name: str) -> BatchShape | None:
         length = int(name[7:])
         return BatchShape(max(UNIFORM_SCORES // length**2, 1), float(length), length, 0.0)
     return None
-QUICK_BATCH = BatchShape(16, 10.0, 64, 1.0, reps=1)
 
 
 @dataclass(frozen=True)
@@ -260,11 +260,13 @@ def _paired_figures(figures: dict[str, float], lengths: Tensor, rounds: dict, pe
                     ) -> None:
     """Figures from calls made in the same round (so drift between rounds cancels):
     ours' fraction of that round's matmul peak, and each pair's speedup."""
-    fwd_bwd = {name: [x["best_s"] for x in samples[3]] for name, samples in rounds.items()}
+    fwd_bwd = {name: [x["best_s"] for x in samples]
+               for name, (_, _, _, samples) in rounds.items()}
     if "ours" in fwd_bwd and peak:
-        flops, matmul_flops = useful_flops(lengths, METHODS["ours"].causal), 2 * PEAK_MATMUL_SIZE**3
+        flops = useful_flops(lengths, METHODS["ours"].causal)
         _paired(figures, "paired_ours_fraction_of_peak",
-                [flops / t / (matmul_flops / p["best_s"]) for t, p in zip(fwd_bwd["ours"], peak)])
+                [flops / t / 1e9 / _gflops(PEAK_MATMUL_SIZE, p)[0]
+                 for t, p in zip(fwd_bwd["ours"], peak)])
     for ours, base in PAIRS:
         if ours in fwd_bwd and base in fwd_bwd:
             _paired(figures, f"paired_speedup_{ours}_vs_{base}_fwd_bwd",
