@@ -41,7 +41,7 @@ feast-apply: install  ## apply feature_repo/ on a simulated dataset and material
 	$(BIN)/python -m gem features materialize --end 2100-01-01T00:00:00+00:00
 
 test: install  ## install, then run the whole test suite
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: install  ## run every benchmark; results in benchmarks/results/*.json
 	$(BIN)/python -m benchmarks

@@ -26,6 +26,19 @@ MOVIELENS_DIR = SHARED_DATA / "movielens-100k"
 TAOBAO_CSV = SHARED_DATA / "taobao-userbehavior" / "UserBehavior.csv"
 
 
+def pytest_collection_modifyitems(items):
+    """The files holding `slow` tests first, the longest first (`slow(minutes=...)`), so that
+    under `make test` (xdist, --dist loadfile, --no-loadscope-reorder) the multi-minute
+    pipeline runs start at the beginning on different workers instead of being left for
+    last behind the many short files."""
+    minutes: dict = {}
+    for item in items:
+        marker = item.get_closest_marker("slow")
+        if marker:
+            minutes[item.path] = max(minutes.get(item.path, 0.0), float(marker.kwargs.get("minutes", 1.0)))
+    items.sort(key=lambda item: -minutes.get(item.path, -1.0))  # stable: collection order otherwise
+
+
 def require_real_data(path: Path) -> Path:
     """Skip (with the reason shown in the summary) when a real dataset is absent."""
     if not path.exists():

@@ -54,7 +54,7 @@ def _kill_during_pretraining(cmd: list[str], workspace: Path, timeout: float = 6
         proc.wait()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=4)
 def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
     cfg = load_config(SimulatorConfig, section="simulator", preset="tiny", overrides=["days=5"])
     simulate(cfg, tmp_path / "simulated", progress=False)

@@ -52,6 +52,7 @@ def test_trainjob_manifest_runs_torchrun_on_the_shipped_torch_runtime():
     assert job["metadata"]["namespace"] == "team-a"
 
 
+@pytest.mark.slow(minutes=0.8)
 def test_train_stage_under_torchrun_registers_the_teacher(tmp_path):
     data = tmp_path / "data"
     simulate(load_config(SimulatorConfig, section="simulator", preset="tiny", overrides=["days=3"]), data,

@@ -28,7 +28,7 @@ def test_one_day_windows_of_a_sparse_span_fail_saying_how_to_widen_them(years):
         check_windows(years, split_windows(years))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=4.5)
 def test_three_years_at_the_same_second_without_conversions_run_to_a_summary(years, tmp_path):
     workspace = tmp_path / "ws"
     proc = run_pipeline_cli(workspace, years, "--student-days", "120", "--holdout-days", "120")

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 import torch
 
 from tests.training.conftest import ROOT, TINY, gem_env, gem_train_cmd, run_ok
@@ -16,6 +17,7 @@ def _weights(out):
     return torch.load(out / "model" / "weights.pt", weights_only=True)
 
 
+@pytest.mark.slow(minutes=0.8)
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     run_ok(gem_train_cmd(*ARGS, "--out", str(straight)), tmp_path)

@@ -156,6 +156,7 @@ def volume(tmp_path_factory):
     return tmp
 
 
+@pytest.mark.slow(minutes=1.7)
 def test_two_nodes_form_one_group_agree_with_one_process_and_resume(volume, tmp_path, monkeypatch):
     started = time.perf_counter()
     monkeypatch.setenv(launch.OPTIONS_ENV, json.dumps({"mount": str(volume), "cpu": "1", "memory": "2Gi"}))
