@@ -124,3 +124,23 @@ def test_serving_waits_for_the_other_jobs(tmp_path):
     t0 = time.perf_counter()
     wait_quiet([tmp_path / "never.json"], timeout_s=0.2, poll_s=0.05)
     assert time.perf_counter() - t0 < 5  # gives up
+
+
+def test_the_combined_variants_check_runs_the_bench_headline_world():
+    """gem/configs/students/combined_variants.yaml claims to reproduce the bench's gap-0
+    world (its windows, teachers and the kd / combined arms): it must stay in step."""
+    from dataclasses import asdict
+
+    from benchmarks.transfer.experiment import load_experiment_config
+
+    bench, check = load_experiment_config("bench"), load_experiment_config("combined_variants")
+    sim = next(d for d in bench.datasets if d.name == "simulator")
+    (ds,) = check.datasets
+    assert windows(ds, START, "gap0") == windows(sim, START, "gap0")
+    assert ds.simulator == sim.simulator and ds.num_buckets == sim.num_buckets
+    for key in ("seeds", "teacher_seeds", "teacher_preset", "teacher_overrides", "max_seq_len", "threads",
+                "student", "optim", "knowledge", "bootstrap"):
+        assert getattr(check, key) == getattr(bench, key), key
+    for arm in ("no_teacher", "kd", "combined"):
+        assert asdict(check.arms[arm]) == asdict(bench.arms[arm]), arm
+    assert len(check.arms["combined_frozen_light"].grid) == len(bench.arms["combined"].grid)
