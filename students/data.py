@@ -86,16 +86,16 @@ def load_table(features_dir: str | Path, cfg: StudentModelConfig, *, shards: lis
         raise ValueError(f"student features {missing} are not in the window's spec "
                          f"(sparse {list(spec.sparse)}, dense {spec.dense})")
     dense_idx = [spec.dense.index(k) for k in cfg.dense_features]
+    sparse_idx = [list(spec.sparse).index(k) for k in cfg.sparse_features]
+    history_row = list(spec.sequence).index(HISTORY_KEY)
     parts: dict[str, list] = {k: [] for k in ("sparse", "history", "dense", "surface", "labels", "example_id")}
-    for batch in loader:
-        sparse = batch.sparse.to_dict()
-        parts["sparse"].append(torch.stack([sparse[k].values() for k in cfg.sparse_features], dim=1))
-        seq = batch.sequence.to_dict()[HISTORY_KEY]
-        parts["history"].append(torch.from_numpy(last_items(seq.values().numpy(), seq.lengths().numpy(),
-                                                            cfg.history_len)))
-        parts["dense"].append(batch.dense[:, dense_idx])
+    for arrays in loader.iter_arrays():  # plain tensors: the students never need torchrec
+        parts["sparse"].append(arrays["sparse"][:, sparse_idx])
+        parts["history"].append(torch.from_numpy(last_items(arrays["sequence"][history_row].numpy(),
+                                                            arrays["lengths"].numpy(), cfg.history_len)))
+        parts["dense"].append(arrays["dense"][:, dense_idx])
         for k in ("surface", "labels", "example_id"):
-            parts[k].append(getattr(batch, k))
+            parts[k].append(arrays[k])
     cat = {k: torch.cat(v) if v else torch.zeros(0) for k, v in parts.items()}
     keys = example_keys(features_dir, shards).set_index("example_id").loc[cat["example_id"].numpy()]
     time_us = keys["event_timestamp"].astype("int64").to_numpy() // 1000  # ns -> us

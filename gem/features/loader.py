@@ -44,7 +44,6 @@ from typing import Iterator
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from gem.data.batch import Batch, FeatureSpec
 from gem.data.contract import MANIFEST
@@ -232,6 +231,8 @@ def concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 def to_batch(spec: FeatureSpec, arrays: dict[str, torch.Tensor]) -> Batch:
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # here: reading arrays needs no torchrec
+
     b = arrays["surface"].shape[0]
     lengths = arrays["lengths"].long()
     return Batch(
@@ -436,6 +437,14 @@ class FeatureLoader:
 
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[Batch]:
+        for arrays in self.iter_arrays():
+            yield to_batch(self.spec, arrays)
+
+    def iter_arrays(self) -> Iterator[dict[str, torch.Tensor]]:
+        """The batches as plain tensors, in the same order with the same position: ``sparse``
+        [batch, len(spec.sparse)], ``sequence`` [len(spec.sequence), sum(lengths)] with
+        ``lengths`` [batch], ``age``, ``dense``, ``surface``, ``labels``, ``example_id``.
+        Readers that want no KeyedJaggedTensor (the students) skip importing torchrec."""
         epoch, start = self.epoch, self._position
         schedule = self._schedule(epoch)
         skips = [int((schedule[:start] == s).sum()) for s in range(self.num_streams)]
@@ -452,7 +461,7 @@ class FeatureLoader:
                 buffers[got].append(arrays)
             arrays = buffers[stream].popleft()
             self._position = pos + 1
-            yield to_batch(self.spec, arrays)
+            yield arrays
         self._position = 0
 
     # -- checkpointing ---------------------------------------------------------------

@@ -33,6 +33,31 @@ def test_batches_honour_the_contract(conv_features):
     assert torch.equal(batch.sequence_offsets()[1:] - batch.sequence_offsets()[:-1], lengths[0])
 
 
+def test_plain_arrays_hold_what_the_batches_hold(conv_features):
+    """iter_arrays (the students' path, without torchrec) gives the batches' values in the
+    same order and moves the same position (resume)."""
+    spec = FeatureLoader(conv_features, batch_size=64).spec
+    batches = list(FeatureLoader(conv_features, batch_size=64, seed=3))
+    loader = FeatureLoader(conv_features, batch_size=64, seed=3)
+    arrays = list(loader.iter_arrays())
+    assert len(arrays) == len(batches) and loader.state_dict()["position"] == 0
+    for a, b in zip(arrays, batches):
+        sparse, sequence = b.sparse.to_dict(), b.sequence.to_dict()
+        for i, key in enumerate(spec.sparse):
+            assert torch.equal(a["sparse"][:, i], sparse[key].values())
+        for i, key in enumerate(spec.sequence):
+            assert torch.equal(a["sequence"][i], sequence[key].values())
+            assert torch.equal(a["lengths"].long(), sequence[key].lengths())
+        for key in ("dense", "surface", "labels", "example_id"):
+            assert torch.equal(a[key], getattr(b, key))
+    partial = FeatureLoader(conv_features, batch_size=64, seed=3)
+    stream = partial.iter_arrays()
+    next(stream), next(stream)
+    resumed = FeatureLoader(conv_features, batch_size=64, seed=3)
+    resumed.load_state_dict(partial.state_dict())
+    assert torch.equal(next(iter(resumed)).example_id, next(stream)["example_id"])
+
+
 def test_every_example_once_per_epoch_and_order_is_seeded(conv_features):
     a = FeatureLoader(conv_features, batch_size=100, seed=7)
     b = FeatureLoader(conv_features, batch_size=100, seed=7)
