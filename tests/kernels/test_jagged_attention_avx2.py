@@ -138,10 +138,38 @@ def test_thread_count_does_not_change_a_bit(generator):
         assert torch.equal(a, b)
 
 
+def _summand_norms(case, grad_out) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token, in float64, the size of the terms dq and dk are sums of:
+    scale * sum_j P_ij |dP_ij| |k_j| (and the same over i with |q_i|)."""
+    scale, bounds = case.options["scale"], case.offsets.tolist()
+    q, k, v, go = (x.double() for x in (case.q, case.k, case.v, grad_out))
+    tq, tk = torch.zeros_like(q), torch.zeros_like(k)
+    for s, e in zip(bounds[:-1], bounds[1:]):
+        for h in range(q.shape[1]):
+            w = torch.softmax(scale * q[s:e, h] @ k[s:e, h].T, -1) * (go[s:e, h] @ v[s:e, h].T).abs()
+            tq[s:e, h], tk[s:e, h] = scale * w @ k[s:e, h].abs(), scale * w.T @ q[s:e, h].abs()
+    return tq, tk
+
+
 def test_large_scores_do_not_overflow(generator):
-    """Scores far outside exp's float32 range (softmax of nearly one-hot rows)."""
+    """Scores far outside exp's float32 range (softmax of nearly one-hot rows). The output and
+    dv are checked against the float64 reference as everywhere. dq and dk are sums of terms
+    P_ij (dP_ij - rowsum) that cancel when a row is one-hot, so dq itself can be 1e5 times
+    smaller than its terms and no float32 computation gets it to 1e-4 of its own size (the
+    PyTorch backend in float32 reaches 0.14 on some seeds): their error is measured against
+    the size of the terms instead (max 4.9e-6 over 300 seeds, PyTorch float32 5.5e-6)."""
+    from jagged_attention_cases import reference, relative_error
+
     case = make_case(generator, [5, 24, 9], heads=1, dim=16, scale=40.0)
-    assert_close_to_reference(case, "bucketed", 1e-4, generator)
+    grad_out = torch.randn(case.q.shape[0], 1, case.v.shape[2], generator=generator)
+    expected, (dq_ref, dk_ref, dv_ref) = reference(case, grad_out)
+    out, (dq, dk, dv) = run_backend(case, "bucketed", grad_out)
+    for got in (out, dq, dk, dv):
+        assert torch.isfinite(got).all()
+    assert relative_error(out, expected) < 1e-4 and relative_error(dv, dv_ref) < 1e-4
+    tq, tk = _summand_norms(case, grad_out)
+    assert (dq.double() - dq_ref).norm() / tq.norm() < 1e-4
+    assert (dk.double() - dk_ref).norm() / tk.norm() < 1e-4
 
 
 def _python(code: str, **env) -> subprocess.CompletedProcess:
