@@ -163,3 +163,15 @@ def test_time_order_takes_days_oldest_first_and_shuffles_within_a_day(conv_featu
         resumed.load_state_dict(loader.state_dict())
     with pytest.raises(ValueError, match="shard_order"):
         FeatureLoader(conv_features, batch_size=64, shard_order="newest")
+
+
+def test_a_student_table_loads_without_torchrec(conv_features):
+    """The students' whole read of a window (students.data.load_table) stays off torchrec."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from students.config import StudentModelConfig; from students.data import load_table; "
+             f"table, _ = load_table({str(conv_features)!r}, StudentModelConfig()); "
+             "print(len(table), 'torchrec' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert int(out[-2]) == FeatureLoader(conv_features, batch_size=64).num_examples and out[-1] == "False"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from jagged_attention_cases import assert_close_to_reference, make_case, run_backend
+from jagged_attention_cases import assert_close_to_reference, make_case, reference, relative_error, run_backend
 
 import kernels.avx2.loader as native
 import kernels.bucketed.bucketed_jagged_attention as bucketed_module
@@ -158,8 +158,6 @@ def test_large_scores_do_not_overflow(generator):
     smaller than its terms and no float32 computation gets it to 1e-4 of its own size (the
     PyTorch backend in float32 reaches 0.14 on some seeds): their error is measured against
     the size of the terms instead (max 4.9e-6 over 300 seeds, PyTorch float32 5.5e-6)."""
-    from jagged_attention_cases import reference, relative_error
-
     case = make_case(generator, [5, 24, 9], heads=1, dim=16, scale=40.0)
     grad_out = torch.randn(case.q.shape[0], 1, case.v.shape[2], generator=generator)
     expected, (dq_ref, dk_ref, dv_ref) = reference(case, grad_out)

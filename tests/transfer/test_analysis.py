@@ -132,11 +132,15 @@ def test_the_combined_variants_check_runs_the_bench_headline_world():
     from dataclasses import asdict
 
     from benchmarks.transfer.experiment import load_experiment_config
+    from gem.config import from_dict
+    from gem.data.contract import parse_utc
+    from gem.data.simulate import SimulatorConfig
 
     bench, check = load_experiment_config("bench"), load_experiment_config("combined_variants")
     sim = next(d for d in bench.datasets if d.name == "simulator")
     (ds,) = check.datasets
-    assert windows(ds, START, "gap0") == windows(sim, START, "gap0")
+    data_start = parse_utc(from_dict(SimulatorConfig, sim.simulator).start_date)
+    assert windows(ds, data_start, "gap0") == windows(sim, data_start, "gap0")
     assert ds.simulator == sim.simulator and ds.num_buckets == sim.num_buckets
     for key in ("seeds", "teacher_seeds", "teacher_preset", "teacher_overrides", "max_seq_len", "threads",
                 "student", "optim", "knowledge", "bootstrap"):
