@@ -27,13 +27,14 @@ import shutil
 import tempfile
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from benchmarks.results import print_table, work_dir, write_result
+from benchmarks.results import built, print_table, work_dir, write_result
 
 CACHE = work_dir("bench-data")
 MAX_SEQ_LEN = 1024
@@ -76,17 +77,16 @@ class TreeRssSampler:
 
 
 def dataset(preset: str, overrides: dict | None = None) -> Path:
+    """The simulator's ``preset`` (with ``overrides``) under the bench cache, reused only
+    while its resolved config and the code are unchanged."""
     from gem.config import load_config
-    from gem.data.contract import MANIFEST
     from gem.data.simulate import SimulatorConfig, simulate
     from gem.utils.digest import value_digest
 
     out = CACHE / (f"sim-{preset}" if overrides is None else f"sim-{preset}-{value_digest(overrides)[:8]}")
-    if not (out / MANIFEST).is_file():
-        shutil.rmtree(out, ignore_errors=True)
-        cfg = load_config(SimulatorConfig, section="simulator", preset=preset,
-                          overrides=[f"{k}={v}" for k, v in (overrides or {}).items()])
-        simulate(cfg, out, progress=False)
+    cfg = load_config(SimulatorConfig, section="simulator", preset=preset,
+                      overrides=[f"{k}={v}" for k, v in (overrides or {}).items()])
+    built(out, {"simulator": asdict(cfg)}, lambda o: simulate(cfg, o, progress=False))
     return out
 
 

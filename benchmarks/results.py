@@ -10,15 +10,20 @@ current directory.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import platform
 import resource
+import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from gem.utils.atomic import write_json
+
+log = logging.getLogger(__name__)
 
 
 def results_dir() -> Path:
@@ -32,6 +37,32 @@ def shared_data() -> Path:
 def work_dir(name: str) -> Path:
     """A scratch folder for a benchmark's generated data (ignored by git)."""
     return Path(os.environ.get("GEM_BENCH_WORK") or Path.cwd() / ".local_runs" / name)
+
+
+def built(out: Path, key: dict, build: Callable[[Path], Any], *, fresh: bool = False) -> str:
+    """The folder ``out``, made by ``build(out)`` or reused. It is reused only when it was
+    recorded under the same content key (input digests and settings; the code version is
+    added) and its files still hash as recorded; a folder that merely exists is rebuilt.
+    Returns the folder's content digest (``tree_digest``)."""
+    from gem.utils.digest import code_version, tree_digest, value_digest
+
+    out = Path(out)
+    record = out.with_name(f".{out.name}.built.json")
+    key = {**key, "code": code_version()}
+    key_digest = value_digest(key)
+    if not fresh and record.is_file() and out.is_dir():
+        done = json.loads(record.read_text())
+        if done.get("key_digest") == key_digest and tree_digest(out) == done.get("digest"):
+            log.info("%s: same inputs as recorded; reused", out)
+            return done["digest"]
+        log.info("%s: inputs or content changed since it was recorded; building again", out)
+    record.unlink(missing_ok=True)
+    shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    build(out)
+    digest = tree_digest(out)
+    write_json({"key_digest": key_digest, "key": key, "digest": digest}, record)
+    return digest
 
 
 def machine_info() -> dict[str, Any]:

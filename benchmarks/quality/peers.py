@@ -638,16 +638,14 @@ def verdict(figs: dict) -> dict:
 
 def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: bool = False,
             log: Callable[[str], None] = print) -> tuple[Path | None, str]:
-    """The contract dataset and its one label-blind features build (reused from ``work``
-    while their settings are unchanged); returns (features dir, "") or (None, why skipped)."""
+    """The contract dataset and its one label-blind features build, reused from ``work``
+    only while the source's content, the settings and the code are unchanged
+    (``benchmarks.results.built``); returns (features dir, "") or (None, why skipped)."""
+    from benchmarks.results import built
     from gem.features import build_features
     from gem.features.config import FeaturesConfig
+    from gem.utils.digest import path_digest
 
-    settings = {"dataset": name, "max_seq_len": max_seq_len, "history_labels": False, "v": CACHE_VERSION}
-    done = work / "prepared.json"
-    features = work / "features"
-    if not fresh and done.is_file() and json.loads(done.read_text()) == settings:
-        return features, ""
     data = work / "data"
     if name == "movielens100k":
         raw = shared / "movielens-100k"
@@ -655,24 +653,29 @@ def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: boo
             return None, f"{raw}/u.data not found (shared data absent)"
         from gem.data.adapters.movielens import convert_movielens
 
-        convert_movielens(raw, data)
+        data_digest = built(data, {"raw": path_digest(raw)}, lambda o: convert_movielens(raw, o), fresh=fresh)
     elif name == "taobao":
         raw = shared / "taobao-userbehavior" / "UserBehavior.csv"
         if not raw.is_file():
             return None, f"{raw} not found (shared data absent)"
         from gem.data.adapters.taobao import convert_taobao
 
-        convert_taobao(raw, data, label="action")
+        data_digest = built(data, {"raw": path_digest(raw)}, lambda o: convert_taobao(raw, o, label="action"),
+                            fresh=fresh)
     elif (Path(name) / "manifest.json").is_file():  # a contract dataset folder (tests, own data)
-        data = Path(name)
+        data, data_digest = Path(name), path_digest(name)
     else:
         raise ValueError(f"unknown dataset {name!r}; choose from {DATASETS} or give a contract dataset folder")
+    cfg = FeaturesConfig(max_seq_len=max_seq_len, num_buckets=2, workers=1, history_labels=False)
     t0 = time.perf_counter()
-    build_features(data, features, FeaturesConfig(max_seq_len=max_seq_len, num_buckets=2, workers=1,
-                                                  history_labels=False))
-    log(f"[quality/peers] {name}: features built in {time.perf_counter() - t0:.0f}s")
-    done.write_text(json.dumps(settings))
-    return features, ""
+
+    def build(out: Path) -> None:
+        build_features(data, out, cfg)
+        log(f"[quality/peers] {name}: features built in {time.perf_counter() - t0:.0f}s")
+
+    key = {"data": data_digest, "config": dataclasses.asdict(cfg), "v": CACHE_VERSION}
+    built(work / "features", key, build, fresh=fresh)
+    return work / "features", ""
 
 
 def bench_dataset(name: str, args, work: Path, cache: RunCache,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,22 +74,28 @@ class World:
 
 
 def make_dataset(ds: DatasetConfig, out: Path, shared: Path) -> Path:
-    if (out / "manifest.json").is_file():
-        return out
+    """The dataset in the data contract at ``out``, reused only under the same source
+    (simulator settings, or the raw files' digest) and code (``benchmarks.results.built``)."""
+    from benchmarks.results import built
+    from gem.utils.digest import path_digest
+
     if ds.source == "simulator":
         from gem.data.simulate import SimulatorConfig, simulate
 
-        simulate(from_dict(SimulatorConfig, {"workers": 1, **ds.simulator}), out, progress=False)
-    elif ds.source == "movielens":
-        from gem.data.adapters.movielens import convert_movielens
+        sim = from_dict(SimulatorConfig, {"workers": 1, **ds.simulator})
+        built(out, {"source": "simulator", "config": asdict(sim)}, lambda o: simulate(sim, o, progress=False))
+        return out
+    if ds.source == "movielens":
+        from gem.data.adapters.movielens import convert_movielens as convert
 
-        convert_movielens(ds.raw or shared / "movielens-100k", out)
+        raw = Path(ds.raw or shared / "movielens-100k")
     elif ds.source == "taobao":
-        from gem.data.adapters.taobao import convert_taobao
+        from gem.data.adapters.taobao import convert_taobao as convert
 
-        convert_taobao(ds.raw or shared / "taobao-userbehavior", out)
+        raw = Path(ds.raw or shared / "taobao-userbehavior")
     else:
         raise ValueError(f"dataset {ds.name}: source={ds.source!r} must be simulator, movielens or taobao")
+    built(out, {"source": ds.source, "raw": path_digest(raw)}, lambda o: convert(raw, o))
     return out
 
 
@@ -130,19 +136,26 @@ def build_features(ds: DatasetConfig, data_dir: Path, work: Path, w: dict[str, t
                    max_seq_len: int) -> dict[str, Path]:
     """Features of the teacher window (its own vocabularies) and, with those, of the lead,
     the student window (train + validation) and the evaluation window."""
+    from benchmarks.results import built
     from gem.features import build_features as build
     from gem.features.config import FeaturesConfig
+    from gem.utils.digest import tree_digest
 
     spans = {"teacher": w["teacher"], "lead": w["knowledge_lead"], "student": (w["train"][0], w["validation"][1]),
              "evaluation": w["evaluation"]}
-    out = {}
+    data_digest, teacher_digest, out = tree_digest(data_dir), "", {}
     for name, (lo, hi) in spans.items():
-        target = work / f"features_{name}"
-        if not (target / "manifest.json").is_file():
-            cfg = FeaturesConfig(max_seq_len=max_seq_len, num_buckets=ds.num_buckets, workers=1,
-                                 vocab_from="" if name == "teacher" else str(work / "features_teacher"))
-            build(data_dir, target, cfg, window_start=lo, window_end=hi)
-        out[name] = target
+        out[name] = work / f"features_{name}"
+        cfg = FeaturesConfig(max_seq_len=max_seq_len, num_buckets=ds.num_buckets, workers=1,
+                             vocab_from="" if name == "teacher" else str(out["teacher"]))
+        # the vocabularies' source by content (the teacher window's build), not by its path
+        key = {"data": data_digest, "window": [lo, hi], "config": {**asdict(cfg), "vocab_from": teacher_digest}}
+
+        def make(o: Path, cfg=cfg, lo=lo, hi=hi) -> None:
+            build(data_dir, o, cfg, window_start=lo, window_end=hi)
+
+        digest = built(out[name], key, make)
+        teacher_digest = teacher_digest or digest
     return out
 
 
@@ -190,10 +203,9 @@ def teacher_knowledge(teacher, world: World, ds: DatasetConfig, work: Path, data
 
     dirs = []
     for name in ("lead", "student", "evaluation"):
-        out = work / f"knowledge_{name}"
-        if not (out / "knowledge.json").is_file():
-            shards = bucket_shards(world.features[name], ds.buckets)
-            generate_knowledge(teacher, world.features[name], out, KnowledgeConfig(batch_size=1024), shards=shards)
+        out = work / f"knowledge_{name}"  # work is the teacher's own fresh folder: nothing to reuse
+        shards = bucket_shards(world.features[name], ds.buckets)
+        generate_knowledge(teacher, world.features[name], out, KnowledgeConfig(batch_size=1024), shards=shards)
         dirs.append(out)
     repo = prepare_repo(work / "feast", data_dir)
     register_knowledge(repo, dirs)

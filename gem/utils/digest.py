@@ -34,6 +34,11 @@ def tree_digest(root: str | Path, *, exclude: tuple[str, ...] = ()) -> str:
     return h.hexdigest()
 
 
+def path_digest(path: str | Path) -> str:
+    """A file's digest, or a folder's ``tree_digest``: the content of an input given by path."""
+    return file_digest(path) if Path(path).is_file() else tree_digest(path)
+
+
 def value_digest(value: object) -> str:
     """sha256 of a JSON-able value (keys sorted), e.g. a config or a reuse key."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()

@@ -11,18 +11,31 @@ from pathlib import Path
 from gem.data.contract import DAY_PARTITION, EVENTS_DIR, ITEMS_FILE, USERS_FILE, Manifest
 
 
+def _link(source: Path, link: Path) -> None:
+    """``link`` -> ``source``; an existing link to anything else is replaced (a view is
+    never kept because a name exists)."""
+    if link.is_symlink() and link.resolve() == source.resolve():
+        return
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.exists():
+        raise FileExistsError(f"{link}: a real folder where the dataset view needs a link to {source}")
+    os.symlink(source.resolve(), link)
+
+
 def dataset_until(data: Path, last_day: dt.date, out: Path) -> Path:
     """A view of ``data`` with the day partitions up to ``last_day`` (symlinks, no copy)."""
     manifest = Manifest.read(data)
     (out / EVENTS_DIR).mkdir(parents=True, exist_ok=True)
     for name in (USERS_FILE, ITEMS_FILE):
-        if not (out / name).exists():
-            os.symlink((data / name).resolve(), out / name)
+        _link(data / name, out / name)
     for folder in sorted((data / EVENTS_DIR).glob(f"{DAY_PARTITION}=*")):
         day = dt.date.fromisoformat(folder.name.split("=", 1)[1])
         target = out / EVENTS_DIR / folder.name
-        if day <= last_day and not target.exists():
-            os.symlink(folder.resolve(), target)
+        if day <= last_day:
+            _link(folder, target)
+        elif target.is_symlink():  # a later day from a view cut further before
+            target.unlink()
     end = dt.datetime.combine(last_day + dt.timedelta(days=1), dt.time(), tzinfo=dt.timezone.utc)
     manifest.window_end = min(manifest.end, end).isoformat()
     manifest.write(out)

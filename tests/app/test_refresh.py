@@ -97,3 +97,24 @@ def test_schedule_survives_failures_and_keeps_cadence():
     assert parse_interval("1d") == 86400 and parse_interval("30m") == 1800
     with pytest.raises(ValueError, match="must look like"):
         parse_interval("daily")
+
+
+def test_dataset_view_follows_its_source_not_the_names_already_there(tmp_path):
+    from gem.data.contract import EVENTS_DIR, ITEMS_FILE, USERS_FILE, Manifest
+    from gem_app.refresh.cycle import dataset_until
+
+    def source(name: str) -> Path:
+        root = _dataset(tmp_path / name, 4)
+        for file in (USERS_FILE, ITEMS_FILE):
+            (root / file).write_text(name)
+        Manifest(name=name, source="test", window_start="2026-01-01T00:00:00+00:00",
+                 window_end="2026-01-05T00:00:00+00:00").write(root)
+        return root
+
+    first, second, view = source("first"), source("second"), tmp_path / "view"
+    dataset_until(first, D0 + dt.timedelta(days=3), view)
+    dataset_until(second, D0 + dt.timedelta(days=1), view)  # the same folder, another source, fewer days
+    assert (view / USERS_FILE).read_text() == "second" and (view / ITEMS_FILE).read_text() == "second"
+    days = sorted(p for p in (view / EVENTS_DIR).iterdir())
+    assert [p.resolve() for p in days] == [day_dir(second, D0 + dt.timedelta(days=i)).resolve() for i in range(2)]
+    assert Manifest.read(view).window_end == "2026-01-03T00:00:00+00:00"

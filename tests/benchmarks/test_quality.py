@@ -114,6 +114,26 @@ def peers_data(tmp_path_factory):
     return root, peers.ExampleStore.from_features(features)
 
 
+def test_peers_features_are_rebuilt_when_the_dataset_folder_changes(tmp_path):
+    import shutil
+
+    from benchmarks.quality import peers
+    from gem.data.simulate import SimulatorConfig, simulate
+    from gem.utils.digest import tree_digest
+
+    def prepared(seed=None):
+        if seed is not None:  # another world in the same folder
+            shutil.rmtree(tmp_path / "sim", ignore_errors=True)
+            simulate(SimulatorConfig(users=200, items=100, days=3, seed=seed, workers=1), tmp_path / "sim",
+                     progress=False)
+        features, _ = peers.prepare(str(tmp_path / "sim"), tmp_path / "work", max_seq_len=8, shared=tmp_path)
+        return tree_digest(features), (tmp_path / "work" / ".features.built.json").stat().st_mtime_ns
+
+    first = prepared(seed=0)
+    assert prepared() == first  # reused
+    assert prepared(seed=1)[0] != first[0]
+
+
 def _parts(store):
     from benchmarks.quality import peers
 
