@@ -74,7 +74,8 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="bench")
-    parser.add_argument("--work", type=Path, default=None, help="keep data, features, teachers here")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="keep data, features, teachers here (data and features reused by content)")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--no-latency", action="store_true", help="skip the serving benchmark")
     parser.add_argument("--result", default="transfer", help="result name (benchmarks/results/<name>.json)")
