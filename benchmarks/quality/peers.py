@@ -667,9 +667,9 @@ def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: boo
     else:
         raise ValueError(f"unknown dataset {name!r}; choose from {DATASETS} or give a contract dataset folder")
     cfg = FeaturesConfig(max_seq_len=max_seq_len, num_buckets=2, workers=1, history_labels=False)
-    t0 = time.perf_counter()
 
     def build(out: Path) -> None:
+        t0 = time.perf_counter()
         build_features(data, out, cfg)
         log(f"[quality/peers] {name}: features built in {time.perf_counter() - t0:.0f}s")
 

@@ -29,13 +29,13 @@ def dataset_until(data: Path, last_day: dt.date, out: Path) -> Path:
     (out / EVENTS_DIR).mkdir(parents=True, exist_ok=True)
     for name in (USERS_FILE, ITEMS_FILE):
         _link(data / name, out / name)
-    for folder in sorted((data / EVENTS_DIR).glob(f"{DAY_PARTITION}=*")):
-        day = dt.date.fromisoformat(folder.name.split("=", 1)[1])
-        target = out / EVENTS_DIR / folder.name
-        if day <= last_day:
-            _link(folder, target)
-        elif target.is_symlink():  # a later day from a view cut further before
-            target.unlink()
+    days = {folder.name: folder for folder in (data / EVENTS_DIR).glob(f"{DAY_PARTITION}=*")
+            if dt.date.fromisoformat(folder.name.split("=", 1)[1]) <= last_day}
+    for link in (out / EVENTS_DIR).iterdir():  # days of an earlier view: cut later, or another source
+        if link.is_symlink() and link.name not in days:
+            link.unlink()
+    for name, folder in sorted(days.items()):
+        _link(folder, out / EVENTS_DIR / name)
     end = dt.datetime.combine(last_day + dt.timedelta(days=1), dt.time(), tzinfo=dt.timezone.utc)
     manifest.window_end = min(manifest.end, end).isoformat()
     manifest.write(out)

@@ -103,17 +103,17 @@ def test_dataset_view_follows_its_source_not_the_names_already_there(tmp_path):
     from gem.data.contract import EVENTS_DIR, ITEMS_FILE, USERS_FILE, Manifest
     from gem_app.refresh.cycle import dataset_until
 
-    def source(name: str) -> Path:
-        root = _dataset(tmp_path / name, 4)
+    def source(name: str, n_days: int) -> Path:
+        root = _dataset(tmp_path / name, n_days)
         for file in (USERS_FILE, ITEMS_FILE):
             (root / file).write_text(name)
         Manifest(name=name, source="test", window_start="2026-01-01T00:00:00+00:00",
                  window_end="2026-01-05T00:00:00+00:00").write(root)
         return root
 
-    first, second, view = source("first"), source("second"), tmp_path / "view"
+    first, second, view = source("first", 4), source("second", 2), tmp_path / "view"
     dataset_until(first, D0 + dt.timedelta(days=3), view)
-    dataset_until(second, D0 + dt.timedelta(days=1), view)  # the same folder, another source, fewer days
+    dataset_until(second, D0 + dt.timedelta(days=1), view)  # the same folder, another source with fewer days
     assert (view / USERS_FILE).read_text() == "second" and (view / ITEMS_FILE).read_text() == "second"
     days = sorted(p for p in (view / EVENTS_DIR).iterdir())
     assert [p.resolve() for p in days] == [day_dir(second, D0 + dt.timedelta(days=i)).resolve() for i in range(2)]
