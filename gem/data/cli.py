@@ -48,8 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     val.set_defaults(func=_validate)
 
     conv = data_sub.add_parser("convert", help="convert a public dataset into the contract")
-    conv.add_argument("source", choices=("movielens", "taobao"))
-    conv.add_argument("raw", type=Path, help="raw files: the ml-100k folder, or UserBehavior.csv")
+    conv.add_argument("source", choices=("movielens", "movielens-1m", "taobao", "ciao"))
+    conv.add_argument("raw", type=Path, help="raw files: the ml-100k or ml-1m folder, UserBehavior.csv, or the "
+                                             "Ciao folder (ratings.csv.gz)")
     conv.add_argument("out", type=Path, help="output dataset directory")
     conv.add_argument("--seed", type=int, default=0, help="taobao: negative-sampling seed")
     conv.add_argument("--negatives-per-click", type=int, default=1, help="taobao: sampled unclicked impressions")
@@ -106,6 +107,14 @@ def _convert(args: argparse.Namespace) -> int:
         from gem.data.adapters.movielens import convert_movielens
 
         manifest = convert_movielens(args.raw, args.out)
+    elif args.source == "movielens-1m":
+        from gem.data.adapters.movielens1m import convert_movielens1m
+
+        manifest = convert_movielens1m(args.raw, args.out)
+    elif args.source == "ciao":
+        from gem.data.adapters.ciao import convert_ciao
+
+        manifest = convert_ciao(args.raw, args.out)
     else:
         from gem.data.adapters.taobao import convert_taobao
 

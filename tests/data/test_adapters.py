@@ -97,3 +97,92 @@ def test_taobao_full_dataset(taobao_dataset):
     assert 0 < ev.conversion.mean() < 0.1
     report = validate_dataset(taobao_dataset)
     assert sum(report.quarantined_rows.values()) == 0 and report.processed_rows["events"] == len(ev)
+
+
+def _write_movielens1m(raw, *, gz: bool) -> None:
+    import gzip
+
+    raw.mkdir()
+    ratings = "1::10::5::978300760\n1::11::3::978300761\n2::10::4::978300762\n2::11::9::978300763\n3::10\n"
+    if gz:
+        with gzip.open(raw / "ratings.dat.gz", "wt") as fh:
+            fh.write(ratings)
+    else:
+        (raw / "ratings.dat").write_text(ratings)
+    (raw / "users.dat").write_text("1::F::1::10::48067\n2::M::56::16::x0072\n")
+    (raw / "movies.dat").write_bytes("10::Toy Story (1995)::Animation|Children's|Comedy\n"
+                                     "11::Am\xe9lie (2001)::Romance\n".encode("latin-1"))
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_movielens1m_mapping_and_quarantine(tmp_path, gz):
+    from gem.data.adapters.movielens1m import convert_movielens1m
+
+    _write_movielens1m(tmp_path / "raw", gz=gz)
+    conv = convert_movielens1m(tmp_path / "raw", tmp_path / "out").extra["conversion"]
+    ratings = "ratings.dat.gz" if gz else "ratings.dat"
+    assert conv["lines"][ratings] == 5 and conv["converted"][ratings] == 3 and conv["reconciles"]
+    assert conv["reasons"] == {f"{ratings}.out_of_range:rating": 1, f"{ratings}.field_count:2!=4": 1}
+    ev = _events(tmp_path / "out").sort_values("event_id")
+    assert ev.click.tolist() == [1, 0, 1] and ev.conversion.tolist() == [1, 0, 0]
+    assert ev.surface.tolist() == ["messaging", "feed", "messaging"]
+    users = pd.read_parquet(tmp_path / "out" / "users.parquet").set_index("user_id")
+    assert users.loc[1, "age_bucket"] == "<18" and users.loc[1, "device"] == "occupation:K-12 student"
+    assert users.loc[2, "age_bucket"] == "56+" and users.loc[2, "country"] == "US-?"
+    items = pd.read_parquet(tmp_path / "out" / "items.parquet").set_index("item_id")
+    assert items.loc[10, "advertiser_id"] == 1995 and items.loc[10, "category_id"] == 3  # Animation
+    assert items.loc[10, "format"] == "Animation|Children's|Comedy" and items.loc[11, "objective"] == "2000s"
+    assert sum(validate_dataset(tmp_path / "out").quarantined_rows.values()) == 0
+
+
+def test_ciao_mapping_repeats_and_bad_ratings(tmp_path):
+    from gem.data.adapters.ciao import convert_ciao
+
+    day = 959670000  # 2000-05-30, the source's first day
+    lines = ["user_id,item_id,category_id,rating,helpfulness,timestamp",
+             f"1,100,24,5,4,{day}",
+             f"1,101,4,3,1,{day + 86400}",
+             f"1,100,24,2,1,{day + 2 * 86400}",  # a later repeat of (1, 100): quarantined
+             f"2,100,24,4,1,{day + 86400}",
+             f"2,102,4,0,1,{day}",  # rating 0: quarantined
+             f"2,103,4,4,1,{day + 3 * 86400}",
+             f"2,103,4,5,1,{day + 3 * 86400}",  # same day repeat: the earlier line is kept
+             f"3,104,29,4,1,{day}",  # no category 29
+             "3,105,4"]
+    (tmp_path / "ratings.csv").write_text("\n".join(lines) + "\n")
+    conv = convert_ciao(tmp_path / "ratings.csv", tmp_path / "out").extra["conversion"]
+    assert conv["lines"]["ratings.csv"] == 9 and conv["converted"]["ratings.csv"] == 4 and conv["reconciles"]
+    assert conv["reasons"] == {"ratings.csv.repeat:user_item": 2, "ratings.csv.out_of_range:rating": 1,
+                               "ratings.csv.out_of_range:category_id": 1, "ratings.csv.field_count:3!=6": 1}
+    quarantine = pd.read_parquet(tmp_path / "out" / "_conversion" / "quarantine.parquet")
+    assert sorted(quarantine.loc[quarantine.reason == "repeat:user_item", "line"]) == [4, 8]  # file line numbers
+    ev = _events(tmp_path / "out").sort_values("event_id")
+    assert ev.event_id.tolist() == [2, 3, 5, 7]
+    assert ev.surface.tolist() == ["cat24", "cat04", "cat24", "cat04"] and ev.click.tolist() == [1, 0, 1, 1]
+    manifest = Manifest.read(tmp_path / "out")
+    assert manifest.surfaces[0] == "cat01" and len(manifest.surfaces) == 28
+    assert sum(validate_dataset(tmp_path / "out").quarantined_rows.values()) == 0
+
+
+def test_ciao_refuses_a_file_without_its_header(tmp_path):
+    from gem.data.adapters.ciao import convert_ciao
+
+    (tmp_path / "ratings.csv").write_text("1,100,24,5,4,959670000\n")
+    with pytest.raises(ValueError, match="ratings.csv: line 1 must be the header"):
+        convert_ciao(tmp_path / "ratings.csv", tmp_path / "out")
+
+
+@pytest.mark.realdata
+def test_ciao_full_dataset(tmp_path):
+    from gem.data.adapters.ciao import convert_ciao
+    from tests.conftest import SHARED_DATA, require_real_data
+
+    raw = require_real_data(SHARED_DATA / "ciao" / "ratings.csv.gz")
+    conv = convert_ciao(raw, tmp_path / "ciao").extra["conversion"]
+    # the README's defects: 34 rows rated 0, 1,436 repeated pairs (3 of them also rated 0)
+    assert conv["lines"]["ratings.csv.gz"] == 284_086 and conv["reconciles"]
+    assert conv["reasons"] == {"ratings.csv.gz.out_of_range:rating": 34, "ratings.csv.gz.repeat:user_item": 1_433}
+    ev = _events(tmp_path / "ciao")
+    assert len(ev) == 284_086 - 34 - 1_433 and ev.surface.nunique() == 28
+    assert ev.click.mean() == pytest.approx(0.80, abs=0.01)  # the README: 80.0% of ratings are >= 4
+    assert not ev.duplicated(["user_id", "item_id"]).any()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,16 +43,27 @@ class AdapterReport:
 
 
 def read_delimited(path: Path, sep: str, columns: list[str], *, ints: list[str], report: AdapterReport,
-                   encoding: str = "utf-8", checks: dict[str, Callable[[pd.Series], pd.Series]] | None = None
-                   ) -> pd.DataFrame:
-    """Read a headerless delimited file; quarantine lines with the wrong field count,
-    non-integer values in ``ints`` or failing ``checks``. Adds a 1-based ``line`` column."""
-    text = path.read_text(encoding=encoding)
+                   encoding: str = "utf-8", checks: dict[str, Callable[[pd.Series], pd.Series]] | None = None,
+                   header: bool = False) -> pd.DataFrame:
+    """Read a delimited file (gzip when its name ends in .gz; ``sep`` may be
+    several characters, as MovieLens-1M's "::"); quarantine lines with the wrong field
+    count, non-integer values in ``ints`` or failing ``checks``. Adds a 1-based ``line`` column
+    (the file's own line number). ``header``: the first line must name ``columns``; it is
+    not a data line and is not counted."""
+    text = read_text(path, encoding)
     lines = text.splitlines()
     name = path.name
+    first = 1
+    if header:
+        if not lines or lines[0].strip().split(sep) != columns:
+            raise ValueError(f"{path}: line 1 must be the header {sep.join(columns)!r}, got "
+                             f"{(lines[0] if lines else '')[:200]!r}")
+        text, lines, first = text.split("\n", 1)[1] if "\n" in text else "", lines[1:], 2
     report.lines[name] = len(lines)
     rows, kept = [], []
-    for number, fields_ in enumerate(csv.reader(io.StringIO(text), delimiter=sep, quoting=csv.QUOTE_NONE), 1):
+    split = (csv.reader(io.StringIO(text), delimiter=sep, quoting=csv.QUOTE_NONE) if len(sep) == 1
+             else (line.split(sep) for line in lines))
+    for number, fields_ in enumerate(split, first):
         if len(fields_) != len(columns):
             report.quarantine(name, number, sep.join(fields_), f"field_count:{len(fields_)}!={len(columns)}")
             continue
@@ -76,6 +88,14 @@ def read_delimited(path: Path, sep: str, columns: list[str], *, ints: list[str],
     frame = frame[~bad].reset_index(drop=True)
     report.converted[name] = len(frame)
     return frame
+
+
+def read_text(path: Path, encoding: str = "utf-8") -> str:
+    """A raw file's text, gunzipped when its name ends in .gz."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding=encoding, newline="") as fh:
+            return fh.read()
+    return path.read_text(encoding=encoding)
 
 
 def finish_dataset(out_dir: Path, manifest: Manifest, events: pa.Table, users: pa.Table, items: pa.Table,

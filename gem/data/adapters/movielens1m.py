@@ -1,0 +1,152 @@
+"""MovieLens-1M (GroupLens `ratings.dat[.gz]`, `users.dat`, `movies.dat`, "::"-separated)
+-> contract dataset.
+
+Mapping (docs/data-contract.md has the rationale), as for MovieLens-100K where the two agree:
+- every rating is an ad impression (``is_ad``, event_type "impression") at the rating's
+  timestamp; event_id = 1-based line number in ratings.dat;
+- click = rating >= 4, conversion = rating == 5, conversion_time = event_time (the
+  rating reveals both at once);
+- surface = the title's genre group (movielens.SURFACE_BY_GENRE_GROUP, the 100K rule);
+- users: age_bucket from MovieLens-1M's age code ("<18", "18-24", ... "56+"), gender
+  lower-cased, country = "US-<first zip digit>" (a region; "US-?" otherwise); the
+  contract's ``device`` slot carries the occupation ("occupation:<name>"): the data has
+  no device, and the slot is the contract's one free user attribute;
+- items: category_id = 1 + index of the first listed genre; the contract's item slots
+  carry what the data has: advertiser_id = release year (from the title, 0 if none),
+  format = the full genre list ("Animation|Children's|Comedy"), objective = the decade
+  ("1990s", "unknown");
+- malformed lines are quarantined with their reason; input = converted + quarantined.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from gem.data.adapters.common import AdapterReport, finish_dataset, read_delimited
+from gem.data.adapters.movielens import DEFAULT_SURFACE, SURFACE_BY_GENRE_GROUP
+from gem.data.contract import EVENTS_SCHEMA, ITEMS_SCHEMA, USERS_SCHEMA, Manifest
+
+GENRES = (
+    "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama", "Fantasy",
+    "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western",
+)
+AGE_CODES = {1: "<18", 18: "18-24", 25: "25-34", 35: "35-44", 45: "45-49", 50: "50-55", 56: "56+"}
+OCCUPATIONS = (
+    "other", "academic/educator", "artist", "clerical/admin", "college/grad student", "customer service",
+    "doctor/health care", "executive/managerial", "farmer", "homemaker", "K-12 student", "lawyer", "programmer",
+    "retired", "sales/marketing", "scientist", "self-employed", "technician/engineer", "tradesman/craftsman",
+    "unemployed", "writer",
+)
+SEP = "::"
+_YEAR = re.compile(r"\((\d{4})\)\s*$")
+
+
+def ratings_file(raw_dir: Path) -> Path:
+    for name in ("ratings.dat", "ratings.dat.gz"):
+        if (raw_dir / name).is_file():
+            return raw_dir / name
+    raise FileNotFoundError(f"{raw_dir}: no ratings.dat or ratings.dat.gz; expected the GroupLens MovieLens-1M files")
+
+
+def convert_movielens1m(raw_dir: str | Path, out_dir: str | Path) -> Manifest:
+    raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    ratings_path = ratings_file(raw_dir)
+    for name in ("users.dat", "movies.dat"):
+        if not (raw_dir / name).is_file():
+            raise FileNotFoundError(f"{raw_dir / name}: missing; expected the GroupLens MovieLens-1M files")
+    report = AdapterReport(source=str(raw_dir))
+    ratings = read_delimited(ratings_path, SEP, ["user_id", "item_id", "rating", "timestamp"],
+                             ints=["user_id", "item_id", "rating", "timestamp"], report=report,
+                             checks={"rating": lambda r: r.between(1, 5)})
+    users_raw = read_delimited(raw_dir / "users.dat", SEP, ["user_id", "gender", "age", "occupation", "zip"],
+                               ints=["user_id", "age", "occupation"], report=report,
+                               checks={"age": lambda a: a.isin(list(AGE_CODES)),
+                                       "occupation": lambda o: o.between(0, len(OCCUPATIONS) - 1)})
+    movies = read_delimited(raw_dir / "movies.dat", SEP, ["item_id", "title", "genres"], ints=["item_id"],
+                            report=report, encoding="latin-1")
+    items = _items(movies)
+    users = _users(users_raw)
+    surface_of_item = pd.Series(_surfaces(movies["genres"]), index=movies["item_id"].to_numpy())
+    event_time = pd.to_datetime(ratings["timestamp"].to_numpy(), unit="s", utc=True)
+    conversion = (ratings["rating"] == 5).to_numpy()
+    n = len(ratings)
+    events = pa.table(
+        {
+            "event_id": pa.array(ratings["line"].to_numpy(np.int64)),
+            "user_id": pa.array(ratings["user_id"].to_numpy(np.int64)),
+            "item_id": pa.array(ratings["item_id"].to_numpy(np.int64)),
+            "is_ad": pa.array(np.ones(n, bool)),
+            "surface": pa.array(
+                surface_of_item.reindex(ratings["item_id"].to_numpy()).fillna(DEFAULT_SURFACE).to_numpy()),
+            "event_time": pa.array(event_time, type=EVENTS_SCHEMA.field("event_time").type),
+            "event_type": pa.array(["impression"] * n),
+            "click": pa.array((ratings["rating"] >= 4).to_numpy().astype(np.int8)),
+            "conversion": pa.array(conversion.astype(np.int8)),
+            "conversion_time": pa.array(event_time.where(conversion), type=EVENTS_SCHEMA.field("conversion_time").type),
+            "click_time": pa.nulls(n, EVENTS_SCHEMA.field("click_time").type),  # known at the rating
+            "role": pa.nulls(n, pa.string()),
+        },
+        schema=EVENTS_SCHEMA,
+    )
+    if n == 0:
+        raise ValueError(f"{ratings_path}: no valid rating line (see the conversion quarantine)")
+    first = event_time.min().floor("D").to_pydatetime()
+    last = event_time.max().floor("D").to_pydatetime() + dt.timedelta(days=1)
+    manifest = Manifest(
+        name="movielens1m",
+        source="GroupLens MovieLens-1M",
+        window_start=first.isoformat(),
+        window_end=last.isoformat(),
+        description="ratings as ad impressions; rating>=4 click, rating==5 conversion; genre groups as surfaces; "
+                    "device = occupation, advertiser_id = release year, format = genres, objective = decade",
+    )
+    return finish_dataset(out_dir, manifest, events, users, items, report)
+
+
+def _surfaces(genres: pd.Series) -> np.ndarray:
+    """The 100K rule: the first genre group (in priority order) among the title's genres."""
+    lists = genres.str.split("|")
+    out = np.full(len(genres), DEFAULT_SURFACE, dtype=object)
+    for name, group in reversed(SURFACE_BY_GENRE_GROUP):  # highest priority written last
+        out[lists.map(lambda g, group=group: any(x in group for x in g)).to_numpy(bool)] = name
+    return out
+
+
+def _items(movies: pd.DataFrame) -> pa.Table:
+    first_genre = movies["genres"].str.split("|").str[0]
+    category = first_genre.map({g: i + 1 for i, g in enumerate(GENRES)}).fillna(0).astype(np.int64)
+    year = movies["title"].str.extract(_YEAR)[0].astype("float").fillna(0).astype(np.int64)
+    decade = np.where(year > 0, (year // 10 * 10).astype(str) + "s", "unknown")
+    n = len(movies)
+    return pa.table(
+        {
+            "item_id": pa.array(movies["item_id"].to_numpy(np.int64)),
+            "is_ad": pa.array(np.ones(n, bool)),
+            "advertiser_id": pa.array(year.to_numpy(np.int64)),
+            "category_id": pa.array(category.to_numpy(np.int64)),
+            "format": pa.array(movies["genres"].astype(str).to_numpy()),
+            "objective": pa.array(decade),
+        },
+        schema=ITEMS_SCHEMA,
+    ).append_column("title", pa.array(movies["title"].astype(str).to_numpy()))
+
+
+def _users(raw: pd.DataFrame) -> pa.Table:
+    zip_head = raw["zip"].astype(str).str[:1]
+    region = zip_head.where(zip_head.str.isdigit(), "?")
+    return pa.table(
+        {
+            "user_id": pa.array(raw["user_id"].to_numpy(np.int64)),
+            "age_bucket": pa.array(raw["age"].map(AGE_CODES).to_numpy()),
+            "gender": pa.array(raw["gender"].str.lower().to_numpy()),
+            "country": pa.array(("US-" + region).to_numpy()),
+            "device": pa.array(("occupation:" + raw["occupation"].map(dict(enumerate(OCCUPATIONS)))).to_numpy()),
+        },
+        schema=USERS_SCHEMA,
+    )
