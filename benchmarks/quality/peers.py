@@ -47,14 +47,10 @@ keeps a deterministic share of the users (by a hash of the raw id), recorded in 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
-import math
-import os
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -62,8 +58,17 @@ import numpy as np
 import torch
 
 from benchmarks.quality import baselines
+from benchmarks.quality.runs import (
+    CACHE_VERSION,
+    FuxiRun,
+    GemRun,
+    GridPoint,
+    RunCache,
+    RunSettings,
+    fit_deep,
+)
+from benchmarks.quality.store import ExampleStore, take, user_hash_fraction
 
-CACHE_VERSION = 1
 PEERS = ("item_ctr", "lr_ids", "fuxictr_dnn", "fuxictr_dcnv2", "fuxictr_wukong", "fuxictr_din")
 REFERENCES = ("dlrm_baseline",)  # GEM's own ablation (history mean-pooled, an MLP): not one of the peers
 MODELS = ("gem", *REFERENCES, *PEERS)
@@ -71,162 +76,6 @@ DEEP = ("gem", "dlrm_baseline", "fuxictr_dnn", "fuxictr_dcnv2", "fuxictr_wukong"
 DATASETS = ("movielens100k", "taobao")
 LR_IDS_C = (0.1, 1.0, 10.0)
 ITEM_CTR_PRIOR = (5.0, 20.0, 100.0)
-
-
-# ---- examples in memory ----
-
-@dataclass
-class ExampleStore:
-    """Every example of a features build in memory, row for row as the loader gives them
-    (the most recent ``max_seq_len`` history events): GEM's batches and the FuxiCTR
-    arrays are both cut from it, so every model sees the same rows."""
-
-    spec: object  # gem.data.batch.FeatureSpec
-    sparse: np.ndarray  # int64 (N, F), columns = spec.sparse
-    lengths: np.ndarray  # int64 (N,)
-    offsets: np.ndarray  # int64 (N + 1,)
-    sequence: np.ndarray  # int64 (K, T), rows = spec.sequence
-    age: np.ndarray  # float32 (T,)
-    dense: np.ndarray  # float32 (N, D)
-    labels: np.ndarray  # float32 (N, tasks)
-    surface: np.ndarray  # int64 (N,)
-    example_id: np.ndarray  # int64 (N,)
-    time_us: np.ndarray  # int64 (N,) example time
-    raw_user: np.ndarray  # int64 (N,) the contract's user id (bootstrap clusters)
-
-    def __len__(self) -> int:
-        return len(self.example_id)
-
-    @classmethod
-    def from_features(cls, features_dir: str | Path) -> "ExampleStore":
-        from gem.features.loader import FeatureLoader
-        from gem.knowledge.windows import example_keys
-
-        loader = FeatureLoader(features_dir, batch_size=8192, shuffle=False, drop_last=False, shard_order="time")
-        spec = loader.spec
-        f, k = len(spec.sparse), len(spec.sequence)
-        parts: dict[str, list[np.ndarray]] = {n: [] for n in ("sparse", "lengths", "sequence", "age", "dense",
-                                                                "labels", "surface", "example_id")}
-        for batch in loader:
-            b = batch.batch_size
-            parts["sparse"].append(batch.sparse.values().view(f, b).T.numpy().astype(np.int64))
-            parts["lengths"].append(batch.sequence.lengths().view(k, b)[0].numpy().astype(np.int64))
-            parts["sequence"].append(batch.sequence.values().view(k, -1).numpy().astype(np.int64))
-            parts["age"].append(batch.sequence_age.numpy())
-            parts["dense"].append(batch.dense.numpy())
-            parts["labels"].append(batch.labels.numpy())
-            parts["surface"].append(batch.surface.numpy().astype(np.int64))
-            parts["example_id"].append(batch.example_id.numpy().astype(np.int64))
-        arrays = {n: np.concatenate(v, axis=1 if n == "sequence" else 0) for n, v in parts.items()}
-        keys = example_keys(features_dir, None).set_index("example_id").loc[arrays["example_id"]]
-        time_us = keys["event_timestamp"].astype("int64").to_numpy() // 1000
-        return cls(spec=spec, offsets=np.concatenate([[0], np.cumsum(arrays["lengths"])]), time_us=time_us,
-                   raw_user=keys["user_id"].to_numpy(np.int64), **arrays)
-
-    def subset(self, rows: np.ndarray) -> "ExampleStore":
-        """The examples ``rows`` (a new store, offsets rebuilt)."""
-        from gem.features.jagged import ragged_arange
-
-        pos = ragged_arange(self.offsets[rows], self.lengths[rows])
-        lengths = self.lengths[rows]
-        return dataclasses.replace(
-            self, sparse=self.sparse[rows], lengths=lengths, offsets=np.concatenate([[0], np.cumsum(lengths)]),
-            sequence=self.sequence[:, pos], age=self.age[pos], dense=self.dense[rows], labels=self.labels[rows],
-            surface=self.surface[rows], example_id=self.example_id[rows], time_us=self.time_us[rows],
-            raw_user=self.raw_user[rows])
-
-    def known_only(self, train: np.ndarray) -> tuple["ExampleStore", dict]:
-        """Ids that no train row shows (as its own feature or, for items, in its history)
-        mapped to 0 in every row; returns the store and the shares of rows changed."""
-        from gem.features.jagged import ragged_arange
-
-        names = list(self.spec.sparse)
-        sparse = self.sparse.copy()
-        train_pos = ragged_arange(self.offsets[train], self.lengths[train])
-        seq_item = list(self.spec.sequence).index("seq_item_id")
-        shares = {}
-        for j, name in enumerate(names):
-            seen = np.zeros(self.spec.sparse[name], dtype=bool)
-            seen[sparse[train, j]] = True
-            if name == "item_id":
-                seen[self.sequence[seq_item, train_pos]] = True
-                item_seen = seen
-            unknown = ~seen[sparse[:, j]]
-            shares[name] = float(unknown.mean())
-            sparse[unknown, j] = 0
-        sequence = self.sequence.copy()
-        hidden = ~item_seen[sequence[seq_item]]
-        sequence[seq_item, hidden] = 0
-        shares["history_item"] = float(hidden.mean()) if hidden.size else 0.0
-        return dataclasses.replace(self, sparse=sparse, sequence=sequence), shares
-
-    def without_history(self) -> "ExampleStore":
-        """Every history emptied (the ablation without the sequence part; the dense
-        features, which count the history, stay)."""
-        lengths = np.zeros_like(self.lengths)
-        return dataclasses.replace(self, lengths=lengths, offsets=np.zeros(len(lengths) + 1, dtype=np.int64),
-                                   sequence=self.sequence[:, :0], age=self.age[:0])
-
-    def batch(self, rows: np.ndarray):
-        """The rows as one gem.data.batch.Batch."""
-        from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-        from gem.data.batch import Batch
-        from gem.features.jagged import ragged_arange
-
-        b = len(rows)
-        lengths = self.lengths[rows]
-        pos = ragged_arange(self.offsets[rows], lengths)
-        t = torch.from_numpy
-        return Batch(
-            sparse=KeyedJaggedTensor(keys=list(self.spec.sparse), values=t(np.ascontiguousarray(self.sparse[rows].T))
-                                     .reshape(-1), lengths=torch.ones(b * len(self.spec.sparse), dtype=torch.long),
-                                     stride=b),
-            sequence=KeyedJaggedTensor(keys=list(self.spec.sequence),
-                                       values=t(np.ascontiguousarray(self.sequence[:, pos])).reshape(-1),
-                                       lengths=t(lengths).repeat(len(self.spec.sequence)), stride=b),
-            sequence_age=t(np.ascontiguousarray(self.age[pos])),
-            dense=t(np.ascontiguousarray(self.dense[rows])),
-            surface=t(np.ascontiguousarray(self.surface[rows])),
-            labels=t(np.ascontiguousarray(self.labels[rows])),
-            example_id=t(np.ascontiguousarray(self.example_id[rows])),
-        )
-
-    def examples(self, max_len: int) -> baselines.Examples:
-        """All rows as the reference models' arrays (item history: the most recent
-        ``max_len`` events, right-padded with 0)."""
-        from gem.features.jagged import ragged_arange
-
-        n = len(self)
-        keep = np.minimum(self.lengths, max_len)
-        starts = self.offsets[:-1] + self.lengths - keep
-        history = np.zeros((n, max_len), dtype=np.int64)
-        rows = np.repeat(np.arange(n), keep)
-        cols = np.arange(int(keep.sum())) - np.repeat(np.concatenate([[0], np.cumsum(keep)[:-1]]), keep)
-        seq_item = list(self.spec.sequence).index("seq_item_id")
-        history[rows, cols] = self.sequence[seq_item, ragged_arange(starts, keep)]
-        return baselines.Examples(
-            sparse=self.sparse, sparse_names=list(self.spec.sparse), cardinality=dict(self.spec.sparse),
-            history=history, history_len=keep, dense=self.dense.astype(np.float32),
-            dense_names=list(self.spec.dense), labels=self.labels.astype(np.float32), tasks=list(self.spec.tasks))
-
-
-def take(ex: baselines.Examples, rows: np.ndarray) -> baselines.Examples:
-    return dataclasses.replace(ex, sparse=ex.sparse[rows], history=ex.history[rows], history_len=ex.history_len[rows],
-                               dense=ex.dense[rows], labels=ex.labels[rows])
-
-
-def user_hash_fraction(raw_user: np.ndarray, fraction: float) -> np.ndarray:
-    """bool (N,): the rows of a deterministic ``fraction`` of the users (splitmix64 of
-    the raw id below fraction * 2^64)."""
-    if fraction >= 1.0:
-        return np.ones(len(raw_user), dtype=bool)
-    z = raw_user.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    return z < np.uint64(int(fraction * 2.0**64) - 1)
 
 
 # ---- the split ----
@@ -283,212 +132,6 @@ def check_split(store: ExampleStore, parts: np.ndarray, info: dict) -> dict:
         assert t["train"].max() < info["cuts_us"][0] <= t["validation"].min(), "train reaches past cut 0"
         assert t["validation"].max() < info["cuts_us"][1] <= t["test"].min(), "validation reaches past cut 1"
     return out
-
-
-# ---- training: one deep model under one grid point and seed ----
-
-@dataclass(frozen=True)
-class GridPoint:
-    lr_scale: float = 1.0
-    weight_decay: float = 0.0
-    history: bool = True  # False: the model reads no history (every sequence emptied)
-
-    def name(self) -> str:
-        return f"lr_x{self.lr_scale:g}_wd{self.weight_decay:g}" + ("" if self.history else "_nohist")
-
-    def key(self) -> dict:
-        """The point in run cache keys (``history`` only when off: keys of runs made
-        before it was a grid dimension stay valid)."""
-        out = dataclasses.asdict(self)
-        if self.history:
-            del out["history"]
-        return out
-
-
-@dataclass
-class RunSettings:
-    max_epochs: int = 2
-    batch_size: int = 256
-    schedule: str = "cosine"  # the dense lr over the max_epochs: "cosine" to 0, or "none"
-    train_preset: str = "tiny"
-    model_preset: str = "tiny"
-    model_overrides: tuple[str, ...] = ()
-    fuxictr_seq_len: int = 64
-    eval_batch: int = 4096
-
-
-def epoch_order(train_rows: np.ndarray, seed: int, epoch: int) -> np.ndarray:
-    """The train rows in the (seed, epoch) order every model of that seed reads."""
-    return train_rows[np.random.default_rng([seed, epoch]).permutation(len(train_rows))]
-
-
-class GemRun:
-    """GEM or the DLRM baseline with the trainer's own step (gem.training.step): torchrec
-    tables under the fused-in-backward row-wise Adagrad, AdamW on the dense part, the
-    train preset's lrs times the grid's scale; unsharded, one process (the Lightning
-    engine's set-up), batches cut from the store."""
-
-    def __init__(self, arch: str, store: ExampleStore, point: GridPoint, seed: int, settings: RunSettings,
-                 steps_per_epoch: int):
-        from gem.model import build_model
-        from gem.training.config import load_train_config
-        from gem.training.distributed import attach_embedding_optimizer
-        from gem.training.step import build_dense_optimizer
-        from gem.training.trainer import seed_everything
-
-        cfg, model_cfg = load_train_config(settings.train_preset, [
-            f"model_preset={settings.model_preset}", f"model.arch={arch}", f"seed={seed}",
-            f"batch_size={settings.batch_size}", *[f"model.{o}" for o in settings.model_overrides]])
-        self.cfg, self.store = cfg, store
-        seed_everything(seed)
-        self.model = build_model(model_cfg, store.spec)
-        attach_embedding_optimizer(self.model, cfg.optim.embedding_lr * point.lr_scale, cfg.optim.embedding_eps)
-        self.opt, self.sched = build_dense_optimizer(
-            self.model, cfg.optim.dense_lr * point.lr_scale, point.weight_decay, cfg.optim.betas,
-            cfg.optim.warmup_steps, decay=settings.schedule, total_steps=settings.max_epochs * steps_per_epoch)
-        # click only: the peers see no conversion label
-        self.task_weights = (1.0, 0.0)
-        dense_lr, emb_lr = cfg.optim.dense_lr * point.lr_scale, cfg.optim.embedding_lr * point.lr_scale
-        self.config = (f"train={settings.train_preset} model={settings.model_preset} dense_lr={dense_lr:g} "
-                       f"embedding_lr={emb_lr:g} wd={point.weight_decay:g}")
-
-    def train_epoch(self, order: np.ndarray, batch_size: int) -> float:
-        from gem.training.step import train_step
-
-        self.model.train()
-        losses = []
-        for lo in range(0, len(order), batch_size):
-            result = train_step(self.model, self.store.batch(order[lo:lo + batch_size]), self.opt,
-                                task_weights=self.task_weights, grad_clip=self.cfg.optim.grad_clip,
-                                scheduler=self.sched)
-            losses.append(float(result.per_task[0]))
-        return float(np.mean(losses))
-
-    @torch.no_grad()
-    def predict(self, rows: np.ndarray, batch_size: int) -> np.ndarray:
-        from gem.training.step import eval_step
-
-        self.model.eval()
-        out = [eval_step(self.model, self.store.batch(rows[lo:lo + batch_size]))[:, 0].numpy()
-               for lo in range(0, len(rows), batch_size)]
-        return np.concatenate(out).astype(np.float64) if out else np.zeros(0)
-
-
-class FuxiRun:
-    """A FuxiCTR model (baselines.FUXICTR_MODELS) with its BaseModel.train_step: Adam
-    (AdamW with the grid's decay on the non-embedding parameters) at 1e-3 times the grid's
-    scale, the same lr schedule as GEM's dense part, grad-norm clipping at 10."""
-
-    BASE_LR = 1e-3
-
-    def __init__(self, kind: str, examples: baselines.Examples, point: GridPoint, seed: int,
-                 settings: RunSettings, steps_per_epoch: int, root: str):
-        import functools
-
-        from gem.training.step import lr_factor
-
-        fmap = baselines.fuxictr_feature_map(examples, root, max_len=settings.fuxictr_seq_len)
-        os.makedirs(os.path.join(root, fmap.dataset_id), exist_ok=True)
-        torch.manual_seed(seed)
-        self.model = baselines.FUXICTR_MODELS[kind](fmap, root, seed=seed)
-        self.model._max_gradient_norm = 10.0  # what BaseModel.fit sets before train_step
-        emb = [p for n, p in self.model.named_parameters() if n.startswith("embedding.")]
-        dense = [p for n, p in self.model.named_parameters() if not n.startswith("embedding.")]
-        lr = self.BASE_LR * point.lr_scale
-        self.model.optimizer = torch.optim.AdamW([{"params": emb, "weight_decay": 0.0},
-                                                  {"params": dense, "weight_decay": point.weight_decay}], lr=lr)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.model.optimizer, functools.partial(
-            lr_factor, decay=settings.schedule, total_steps=settings.max_epochs * steps_per_epoch))
-        self.examples = examples
-        self.config = f"emb=16 seq_len={settings.fuxictr_seq_len} adam lr={lr:g} wd={point.weight_decay:g}"
-
-    def train_epoch(self, order: np.ndarray, batch_size: int) -> float:
-        self.model.train()
-        losses = []
-        for batch in baselines.fuxictr_batches(self.examples, batch_size, shuffle=False, order=order):
-            losses.append(float(self.model.train_step(batch).detach()))
-            self.sched.step()
-        return float(np.mean(losses))
-
-    @torch.no_grad()
-    def predict(self, rows: np.ndarray, batch_size: int) -> np.ndarray:
-        self.model.eval()
-        out = [self.model(b)["y_pred"].view(-1).numpy()
-               for b in baselines.fuxictr_batches(self.examples, batch_size, shuffle=False, order=rows)]
-        return np.concatenate(out).astype(np.float64) if out else np.zeros(0)
-
-
-def fit_deep(make: Callable[[int], object], rows: dict[str, np.ndarray], labels: np.ndarray, seed: int,
-             settings: RunSettings) -> dict:
-    """Train up to max_epochs, scoring the validation rows after each epoch; the test rows
-    are scored only after an epoch that improved the validation AUC (the selected model
-    is the last such epoch's: restore-best). Returns the curve and the test predictions."""
-    steps = math.ceil(len(rows["train"]) / settings.batch_size)
-    run = make(steps)
-    curve, best, best_epoch, test_pred, start = [], -1.0, 0, None, time.perf_counter()
-    seen = 0
-    for epoch in range(settings.max_epochs):
-        t0 = time.perf_counter()
-        loss = run.train_epoch(epoch_order(rows["train"], seed, epoch), settings.batch_size)
-        seen += len(rows["train"])
-        train_s = time.perf_counter() - t0
-        val = run.predict(rows["validation"], settings.eval_batch)
-        s = baselines.score(labels[rows["validation"]], val)
-        curve.append({"epoch": epoch + 1, "train_logloss": loss, "val_auc": s["auc"], "val_ne": s["ne"],
-                      "train_seconds": train_s})
-        if s["auc"] > best:
-            best, best_epoch = s["auc"], epoch + 1
-            test_pred = run.predict(rows["test"], settings.eval_batch)
-    seconds = time.perf_counter() - start
-    return {"curve": curve, "best_epoch": best_epoch, "val_auc": best, "test_pred": test_pred,
-            "seconds": seconds, "examples_per_s": seen / sum(c["train_seconds"] for c in curve),
-            "config": run.config}
-
-
-# ---- the cache ----
-
-@functools.lru_cache(maxsize=1)
-def _code_digest() -> str:
-    from gem.utils.digest import code_version
-
-    h = hashlib.sha256(code_version().encode())
-    for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-class RunCache:
-    """One .json (figures) + .npy (test predictions) per run key under ``root``."""
-
-    def __init__(self, root: Path | None):
-        self.root = root
-        if root is not None:
-            root.mkdir(parents=True, exist_ok=True)
-
-    @staticmethod
-    def key(**parts) -> str:
-        """The run's content key: its parts and the code that computes it (the project's
-        sources and this benchmark's), so a run made by other code is never read back."""
-        return hashlib.sha256(json.dumps({"v": CACHE_VERSION, "code": _code_digest(), **parts}, sort_keys=True,
-                                         default=str).encode()).hexdigest()[:24]
-
-    def get(self, key: str) -> dict | None:
-        if self.root is None or not (self.root / f"{key}.json").is_file() or not (self.root / f"{key}.npy").is_file():
-            return None
-        out = json.loads((self.root / f"{key}.json").read_text())
-        out["test_pred"] = np.load(self.root / f"{key}.npy")
-        out["cached"] = True
-        return out
-
-    def put(self, key: str, result: dict) -> None:
-        if self.root is None:
-            return
-        np.save(self.root / f"{key}.npy.tmp.npy", result["test_pred"])
-        os.replace(self.root / f"{key}.npy.tmp.npy", self.root / f"{key}.npy")
-        body = {k: v for k, v in result.items() if k not in ("test_pred", "cached")}
-        tmp = self.root / f"{key}.json.tmp"
-        tmp.write_text(json.dumps(body, default=float))
-        os.replace(tmp, self.root / f"{key}.json")
 
 
 # ---- the models under the protocol ----
