@@ -2,6 +2,11 @@
 
 Each command lives in its stage's own `cli` module, which exposes
 ``register(subparsers)`` adding one sub-command whose ``func(args) -> int`` runs it.
+
+Exit codes: 0 done; 2 a user error (a bad option, setting or input: one or two lines on
+stderr naming it and the rule, the traceback only with ``--debug`` or ``GEM_DEBUG=1``);
+anything else is the command's own (``data validate`` documents its codes, 1 is a run
+that failed or a bug, with its traceback).
 """
 
 from __future__ import annotations
@@ -9,7 +14,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
+
+from gem.errors import EXIT_USER_ERROR, UserError
 
 # command -> (module defining register(), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -30,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="GEM: ads foundation model training and transfer to vertical models.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of a user error too (anywhere on the line; also GEM_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
         try:
@@ -53,12 +63,46 @@ def _register_unavailable(sub: argparse._SubParsersAction, name: str, help_text:
     parser.set_defaults(func=unavailable)
 
 
+def is_user_error(exc: BaseException) -> bool:
+    """A refused input or setting, not a bug: gem's UserError classes, and the errors of
+    the layers that name their input (an output folder refused, a dataset or a window
+    the contract rejects, a file that is not there, a registry name or alias unknown)."""
+    if isinstance(exc, (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError)):
+        return True
+    from gem.data.profile import SurfaceError
+    from gem.features.validation import DatasetRejected
+    from gem.protocol import WindowError
+    from gem.utils.outputs import OutputFolderError
+
+    if isinstance(exc, (OutputFolderError, DatasetRejected, SurfaceError, WindowError)):
+        return True
+    mlflow_errors = sys.modules.get("mlflow.exceptions")  # only loaded when mlflow was
+    return (mlflow_errors is not None and isinstance(exc, mlflow_errors.MlflowException)
+            and exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"))
+
+
+def user_error_text(exc: BaseException) -> str:
+    """At most two lines: the message's first line and, when there is more, the last."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()] or [type(exc).__name__]
+    return "\n".join(lines if len(lines) <= 2 else [lines[0], lines[-1]])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    after = argv.index("--") if "--" in argv else len(argv)
+    debug_anywhere = "--debug" in argv[:after]  # also after the command: `python -m gem score ... --debug`
+    args = parser.parse_args([a for i, a in enumerate(argv) if not (a == "--debug" and i < after)])
+    debug = debug_anywhere or os.environ.get("GEM_DEBUG", "") not in ("", "0")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except Exception as exc:
+        if debug or not is_user_error(exc):
+            raise
+        print(f"error: {user_error_text(exc)}", file=sys.stderr)
+        return EXIT_USER_ERROR

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from gem.config import count, iso_time
+
 log = logging.getLogger(__name__)
 
 
@@ -29,11 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--preset", choices=("tiny", "small"), default="small",
                      help="sizes of every stage: tiny (seconds, tests) or small (the default main job)")
     run.add_argument("--surfaces", default="", help="comma-separated surfaces (default: every surface the data has)")
-    run.add_argument("--cut", action="append", default=[], metavar="ISO",
+    run.add_argument("--cut", action="append", default=[], metavar="ISO", type=iso_time,
                      help="twice: the teacher window ends at the first cut point, the students' at the second "
                           "(the holdout runs to the data's end); default: the last days (below)")
-    run.add_argument("--student-days", type=int, default=1, help="days of the students' window (default 1)")
-    run.add_argument("--holdout-days", type=int, default=1, help="days of the holdout window, the last (default 1)")
+    run.add_argument("--student-days", type=count(1), default=1, help="days of the students' window (default 1)")
+    run.add_argument("--holdout-days", type=count(1), default=1,
+                     help="days of the holdout window, the last (default 1)")
     run.set_defaults(func=_run)
     comp = actions.add_parser("compile", help="compile gem_pipeline and refresh_pipeline to IR YAML")
     comp.add_argument("--out", type=Path, default=Path("pipelines/compiled"))
@@ -55,6 +58,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.cut and len(args.cut) != 2:
         print(f"error: --cut twice (teacher end, student end), got {args.cut}", file=sys.stderr)
         return 2
+    from gem.data.contract import check_run_inputs
+
+    check_run_inputs(params["data"], params["surfaces"])  # before any work: a ContractError exits 2
     if args.cut:
         params["cuts"] = list(args.cut)
     else:

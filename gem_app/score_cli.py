@@ -15,6 +15,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from gem.config import iso_time
+from gem.errors import UserError
+
+
+class ScoreRefused(UserError, ValueError):
+    """A model and a features window that do not describe the same examples."""
+
 
 def score(model: str, features: str, out: str | Path, *, cuts: list[str] | None = None,
           split_file: str | None = None, part: str = "", batch_size: int = 2048,
@@ -25,6 +32,7 @@ def score(model: str, features: str, out: str | Path, *, cuts: list[str] | None 
 
     from gem.data.contract import parse_utc
     from gem.features.loader import FeatureLoader
+    from gem.features.vocab import check_vocabularies
     from gem.knowledge.windows import example_keys
     from gem.model.store import load_model
     from gem.protocol import assign_split
@@ -34,8 +42,9 @@ def score(model: str, features: str, out: str | Path, *, cuts: list[str] | None 
     net = stored.model.eval()
     loader = FeatureLoader(features, batch_size=batch_size, shuffle=False)
     spec = loader.spec
+    check_vocabularies(stored.spec.vocab_digests, spec.vocab_digests, model=f"model {model}", window=str(features))
     if list(stored.spec.surfaces) != list(spec.surfaces) or list(stored.spec.tasks) != list(spec.tasks):
-        raise ValueError(f"the model was trained on surfaces {stored.spec.surfaces} / tasks {stored.spec.tasks}; "
+        raise ScoreRefused(f"the model was trained on surfaces {stored.spec.surfaces} / tasks {stored.spec.tasks}; "
                          f"{features} has {spec.surfaces} / {spec.tasks}")
     ids, probs, labels, surface = [], [], [], []
     with torch.no_grad():
@@ -77,9 +86,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="model folder or models:/NAME/VERSION")
     p.add_argument("--features", required=True, help="a features window (gem features build)")
     p.add_argument("--out", required=True, help="output Parquet file")
-    p.add_argument("--cut", action="append", default=[], help="time cut point (ISO); repeat for two")
+    p.add_argument("--cut", action="append", default=[], type=iso_time, help="time cut point (ISO); repeat for two")
     p.add_argument("--split-file", default=None, help="Parquet/CSV with example_id, part")
-    p.add_argument("--part", default="", help="score only this part of the split (train/validation/test)")
+    p.add_argument("--part", default="", choices=("", "train", "validation", "test"),
+                   help="score only this part of the split")
     p.add_argument("--tracking-uri", default=None)
     p.set_defaults(func=_run)
 
@@ -87,6 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     if (args.cut or args.split_file) and not args.part:
         print("error: --part is required with --cut or --split-file", file=sys.stderr)
+        return 2
+    if args.cut and args.split_file:
+        print("error: give --cut or --split-file, not both", file=sys.stderr)
         return 2
     result = score(args.model, args.features, args.out, cuts=args.cut or None, split_file=args.split_file,
                    part=args.part, tracking_uri=args.tracking_uri)

@@ -46,6 +46,9 @@ class FeatureSpec:
     tasks: list[str] = field(default_factory=lambda: list(TASKS))  # "click" (+ "conversion" if the data has any)
     # False: label-blind histories (the items acted on, no earlier label, no prior CTR)
     history_labels: bool = True
+    # vocabulary name -> content digest (gem.features.vocab): what the ids mean. A model
+    # keeps its training window's; {} = not recorded (a model saved before they were)
+    vocab_digests: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

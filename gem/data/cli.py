@@ -7,7 +7,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from gem.config import load_config, preset_names
+from gem.config import count, fraction, load_config, preset_names
 from gem.data.contract import ContractError
 
 # `data validate` exit codes (also in its --help and docs/data-contract.md)
@@ -27,9 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     sim = data_sub.add_parser("simulate", help="write a simulated ads-event dataset")
     sim.add_argument("--out", required=True, type=Path, help="output dataset directory")
-    sim.add_argument("--users", type=int)
-    sim.add_argument("--items", type=int)
-    sim.add_argument("--days", type=int)
+    sim.add_argument("--users", type=count(1))
+    sim.add_argument("--items", type=count(1))
+    sim.add_argument("--days", type=count(1))
     sim.add_argument("--seed", type=int)
     sim.add_argument("--preset", choices=preset_names("simulator"), help="named size preset")
     sim.add_argument("--config", type=Path, help="YAML file with SimulatorConfig fields")
@@ -43,8 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     val.add_argument("--report-dir", type=Path, help="where quarantine.parquet and the report go "
                                                       "(default PATH/_validation)")
     val.add_argument("--out", type=Path, help="also write the processed rows as a clean dataset here")
-    val.add_argument("--max-quarantine-fraction", type=float, default=0.0,
-                     help="exit 1 when more than this share of rows is quarantined (default 0)")
+    val.add_argument("--max-quarantine-fraction", type=fraction, default=0.0,
+                     help="exit 1 when more than this share of rows is quarantined: a number in [0, 1] "
+                          "(default 0)")
     val.set_defaults(func=_validate)
 
     conv = data_sub.add_parser("convert", help="convert a public dataset into the contract")

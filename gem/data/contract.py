@@ -28,18 +28,25 @@ Row roles (``role``, null = ``both``): ``both`` rows are examples (ad rows) and 
 never scored), ``example`` rows are scored but never shown in any history (e.g.
 impressions that should not feed later histories, or synthetic negatives).
 
-Surfaces: the manifest's ``surfaces`` are the dataset's own vocabulary (any names);
-the features stage keeps those that have events, in manifest order.
+Surfaces: the manifest's ``surfaces`` are the dataset's own vocabulary, the features
+stage keeps those that have events, in manifest order. A surface name becomes part of
+file names (``students/<surface>.json``) and MLflow names (``student_<surface>``), so it
+must be a safe name (``SAFE_NAME``: 1-64 letters, digits, ``_`` or ``-``, starting with a
+letter or digit); a manifest declaring another is refused before any work, and an event
+row whose surface is not declared is quarantined (``unknown_surface``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import pyarrow as pa
+
+from gem.errors import UserError
 
 SURFACES: tuple[str, ...] = ("feed", "video", "stories", "messaging")
 EVENT_TYPES: tuple[str, ...] = ("impression", "view", "like", "share")
@@ -107,9 +114,29 @@ ITEMS_FILE = "items.parquet"
 DAY_PARTITION = "day"
 
 
-class ContractError(ValueError):
+class ContractError(UserError, ValueError):
     """A file that cannot be read under the contract (not Parquet, missing or mistyped
     column). The message names the file and the column."""
+
+
+# the one rule for names that become paths or MLflow names (surfaces, tasks)
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+SAFE_NAME_RULE = "1-64 letters, digits, '_' or '-', starting with a letter or digit"
+
+
+def unsafe_names(names) -> list:
+    """The names that break SAFE_NAME (they would make paths or MLflow names)."""
+    return [n for n in names if not (isinstance(n, str) and SAFE_NAME.fullmatch(n))]
+
+
+def check_run_inputs(data: str | Path | None, surfaces: list[str]) -> None:
+    """Before any work of a run: the surfaces asked for are safe names, and the dataset's
+    manifest (when a dataset is given) holds under the contract. ContractError if not."""
+    bad = unsafe_names(surfaces)
+    if bad:
+        raise ContractError(f"surfaces {bad}: not safe names ({SAFE_NAME_RULE})")
+    if data:
+        Manifest.read(Path(data))
 
 
 @dataclass(kw_only=True)
@@ -162,6 +189,10 @@ class Manifest:
         if (not isinstance(surfaces, list) or not surfaces or len(set(surfaces)) != len(surfaces)
                 or not all(isinstance(s, str) and s for s in surfaces)):
             raise ContractError(f"{path}: surfaces must be a non-empty list of distinct names, got {surfaces!r}")
+        bad = unsafe_names(surfaces)
+        if bad:
+            raise ContractError(f"{path}: surface name(s) {bad} are not safe names ({SAFE_NAME_RULE}): they "
+                                "become file and MLflow model names; rename them in the manifest and the events")
         unknown = sorted(set(raw) - {f.name for f in fields(cls)})
         if unknown:
             raise ContractError(f"{path}: unknown field(s) {unknown}")

@@ -21,6 +21,10 @@ dataset (no event rows, or none left after quarantine) is reported as ``empty``;
 
 Duplicates: the first row with a given event_id in canonical order (day, file name,
 row) is kept; later ones are quarantined, whatever else is wrong with the first.
+
+Extra columns (not in the contract) are carried unchanged into ``--out`` with their
+rows, and listed in the report (``extra_columns``); only a pandas index column
+(``__index_level_N__``) is dropped, and the report says so (``dropped_columns``).
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class ValidationReport:
     files: int = 0
     quarantine_path: str = ""
     report_path: str = ""
+    extra_columns: dict[str, list[str]] = field(default_factory=dict)  # table -> carried into --out
+    dropped_columns: dict[str, list[str]] = field(default_factory=dict)  # table -> not carried
 
     @property
     def reconciles(self) -> bool:
@@ -108,6 +114,9 @@ class ValidationReport:
             )
         for reason, n in sorted(self.reasons.items(), key=lambda kv: -kv[1]):
             lines.append(f"    {reason:<40} {n:>10,}")
+        for what, columns in (("extra columns carried", self.extra_columns), ("columns dropped", self.dropped_columns)):
+            if columns:
+                lines.append(f"  {what}: " + "; ".join(f"{t}: {', '.join(c)}" for t, c in columns.items()))
         lines.append(f"  reconciles: {self.reconciles}")
         if self.quarantine_path:
             lines.append(f"  quarantine: {self.quarantine_path}")
@@ -193,10 +202,13 @@ def validate_dataset(path: str | Path, *, report_dir: str | Path | None = None,
         reasons.update(f"events.{r}" for r in row_reason[bad])
         report.input_rows["events"] = report.input_rows.get("events", 0) + n
         report.quarantined_rows["events"] = report.quarantined_rows.get("events", 0) + len(bad)
-        good = events.filter(pa.array(row_reason == ""))
+        keep = pa.array(row_reason == "")
+        good = events.filter(keep)
         report.processed_rows["events"] = report.processed_rows.get("events", 0) + good.num_rows
+        extras = _extra_columns(raw, EVENTS_SCHEMA, "events", report)
         if out_root is not None:
-            write_parquet_atomic(good.cast(EVENTS_SCHEMA), out_root / file.relative_to(root))
+            write_parquet_atomic(_with_extras(good.cast(EVENTS_SCHEMA), raw, extras, keep),
+                                 out_root / file.relative_to(root))
     report.input_rows.setdefault("events", 0)
     report.processed_rows.setdefault("events", 0)
     report.quarantined_rows.setdefault("events", 0)
@@ -277,14 +289,40 @@ def _validate_entities(file: Path, table_name: str, schema: pa.Schema, report: V
     bad = np.flatnonzero(reason != "")
     quarantine.add(table_name, file.name, raw, bad, reason[bad].tolist())
     reasons.update(f"{table_name}.{r}" for r in reason[bad])
+    keep = pa.array(reason == "")
     good = pa.table(columns, schema=pa.schema([f.with_type(columns[f.name].type) for f in schema])).filter(
-        pa.array(reason == "")
+        keep
     ).cast(schema)
     report.input_rows[table_name] = raw.num_rows
     report.quarantined_rows[table_name] = len(bad)
     report.processed_rows[table_name] = good.num_rows
+    extras = _extra_columns(raw, schema, table_name, report)
     if out_root is not None:
-        write_parquet_atomic(good, out_root / file.name)
+        write_parquet_atomic(_with_extras(good, raw, extras, keep), out_root / file.name)
+    return good
+
+
+def _extra_columns(raw: pa.Table, schema: pa.Schema, table_name: str, report: ValidationReport) -> list[str]:
+    """The file's columns outside the contract to carry (a pandas index column is
+    dropped); both kinds recorded in the report."""
+    carried = []
+    for name in raw.column_names:
+        if name in schema.names:
+            continue
+        dropped = name.startswith("__index_level_")
+        listed = (report.dropped_columns if dropped else report.extra_columns).setdefault(table_name, [])
+        if name not in listed:
+            listed.append(name)
+        if not dropped:
+            carried.append(name)
+    return carried
+
+
+def _with_extras(good: pa.Table, raw: pa.Table, extras: list[str], keep: pa.Array) -> pa.Table:
+    """``good`` (the contract columns of the kept rows) with the extra columns of the same
+    rows appended unchanged."""
+    for name in extras:
+        good = good.append_column(raw.schema.field(name), raw.column(name).filter(keep))
     return good
 
 

@@ -81,6 +81,7 @@ def feature_spec(vocab: Vocabularies, max_seq_len: int, surfaces: list[str], tas
         surfaces=list(surfaces),
         tasks=list(tasks),
         history_labels=history_labels,
+        vocab_digests=dict(sorted(vocab.digests().items())),
     )
 
 

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from gem.config import iso_time
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("features", help="build point-in-time sequence features and the Feast repo")
@@ -15,8 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="training examples of a window from a contract dataset")
     build.add_argument("data", type=Path, help="contract dataset directory")
     build.add_argument("out", type=Path, help="output features directory")
-    build.add_argument("--start", help="window start, ISO-8601 UTC (default: the dataset's)")
-    build.add_argument("--end", help="window end, exclusive (default: the dataset's)")
+    build.add_argument("--start", type=iso_time, help="window start, ISO-8601 UTC (default: the dataset's)")
+    build.add_argument("--end", type=iso_time, help="window end, exclusive (default: the dataset's)")
     build.add_argument("--previous", type=Path, help="an earlier features dir or report.json, for drift")
     _config_args(build)
     build.set_defaults(func=_build)
@@ -28,8 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     feast_apply.set_defaults(func=_feast_apply)
 
     materialize = sub.add_parser("materialize", help="load the online store up to --end")
-    materialize.add_argument("--end", required=True, help="ISO-8601 UTC; rows with event_timestamp <= end")
-    materialize.add_argument("--start", help="ISO-8601 UTC (default: everything before --end)")
+    materialize.add_argument("--end", required=True, type=iso_time,
+                             help="ISO-8601 UTC; rows with event_timestamp <= end")
+    materialize.add_argument("--start", type=iso_time, help="ISO-8601 UTC (default: everything before --end)")
     materialize.add_argument("--repo", type=Path, default=None, help="Feast repo (default: feature_repo/)")
     materialize.set_defaults(func=_materialize)
 

@@ -84,8 +84,15 @@ def read_manifest(features_dir: str | Path) -> dict:
     return manifest
 
 
-def load_feature_spec(features_dir: str | Path) -> FeatureSpec:
-    return FeatureSpec.from_dict(read_manifest(features_dir)["spec"])
+def load_feature_spec(features_dir: str | Path, manifest: dict | None = None) -> FeatureSpec:
+    """The window's FeatureSpec; a build from before vocabulary digests were recorded in
+    it gets them from its vocab/ files."""
+    spec = FeatureSpec.from_dict((manifest or read_manifest(features_dir))["spec"])
+    if not spec.vocab_digests:
+        from gem.features.vocab import Vocabularies
+
+        spec.vocab_digests = dict(sorted(Vocabularies.read(Path(features_dir)).digests().items()))
+    return spec
 
 
 @dataclass
@@ -278,7 +285,7 @@ class FeatureLoader:
             raise ValueError(f"part={part!r}: with a split, one of {SPLIT_PARTS}")
         self.features_dir = Path(features_dir)
         self.manifest = read_manifest(self.features_dir)
-        self.spec = FeatureSpec.from_dict(self.manifest["spec"])
+        self.spec = load_feature_spec(self.features_dir, self.manifest)
         entries = {s["name"]: s for s in self.manifest["shards"]}
         names = list(entries) if shards is None else list(shards)
         unknown = [n for n in names if n not in entries]

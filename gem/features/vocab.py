@@ -4,10 +4,21 @@ Id 0 is unknown/missing. A vocabulary is the sorted distinct raw values seen in 
 data up to the window end (user and item ids seen at least ``min_count`` times in
 events before ``window_end``; attribute values of those users and items), so the id of
 a value is 1 + its rank. Stored as ``vocab/<name>.parquet`` (one column ``value``).
+
+Vocabulary identity: ``Vocabularies.digests()`` (name -> sha256 of the values) goes into
+the window's FeatureSpec (``vocab_digests``) and so into every model trained on it.
+``check_vocabularies`` refuses to pair a model with a window whose ids mean other users,
+items or attributes; a window built with the model's vocabularies (``vocab_from``) has
+the same digests. A model saved before digests were recorded is refused too, unless
+``GEM_ALLOW_UNRECORDED_VOCABULARIES=1`` (then a warning).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,9 +34,12 @@ from gem.data.contract import (
     USER_ATTRIBUTES,
     USERS_FILE,
 )
+from gem.errors import UserError
 from gem.features.storage import read_parquet, write_parquet_atomic
 
+log = logging.getLogger(__name__)
 VOCAB_DIR = "vocab"
+ALLOW_UNRECORDED = "GEM_ALLOW_UNRECORDED_VOCABULARIES"
 ID_VOCABS = ("user_id", "item_id")
 VOCAB_NAMES = ID_VOCABS + USER_ATTRIBUTES + ITEM_ATTRIBUTES
 
@@ -45,6 +59,18 @@ class Vocabularies:
             raw = raw.cast(vocab.type)
         pos = pc.index_in(raw, value_set=vocab)
         return (pc.fill_null(pos, -1).to_numpy(zero_copy_only=False) + 1).astype(np.int32)
+
+    def digests(self) -> dict[str, str]:
+        """name -> sha256 of the values in order (ints as int64, strings as UTF-8)."""
+        out = {}
+        for name, values in self.values.items():
+            h = hashlib.sha256()
+            if pa.types.is_integer(values.type):
+                h.update(b"int64\0" + np.ascontiguousarray(values.to_numpy(zero_copy_only=False), np.int64).tobytes())
+            else:
+                h.update(b"str\0" + "\0".join(str(v) for v in values.to_pylist()).encode())
+            out[name] = h.hexdigest()
+        return out
 
     def write(self, out_dir: Path) -> None:
         for name, values in self.values.items():
@@ -93,3 +119,37 @@ def build_vocabularies(data_dir: Path, window_end_us: int, min_count: int) -> Vo
     finally:
         con.close()
     return Vocabularies(values)
+
+
+class VocabularyMismatch(UserError, ValueError):
+    """A model paired with a features window whose ids mean other values."""
+
+
+def vocabulary_digest(digests: dict[str, str]) -> str:
+    """One short identity for a set of vocabularies (12 hex), as messages show it."""
+    if not digests:
+        return "(not recorded)"
+    return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def check_vocabularies(model_digests: dict[str, str], window_digests: dict[str, str], *,
+                       model: str = "the model", window: str = "the features window") -> None:
+    """Refuse (VocabularyMismatch) to score, evaluate or continue ``model`` on ``window``
+    unless both were built on the same vocabularies."""
+    if not model_digests:
+        text = (f"{model} was saved without the digests of its vocabularies (before they were recorded), so "
+                f"nothing shows that {window} (vocabularies {vocabulary_digest(window_digests)}) gives its ids "
+                "the same meaning")
+        if os.environ.get(ALLOW_UNRECORDED) == "1":
+            log.warning("%s; used anyway (%s=1)", text, ALLOW_UNRECORDED)
+            return
+        raise VocabularyMismatch(f"{text}; retrain it, or set {ALLOW_UNRECORDED}=1 to use it unchecked")
+    if model_digests == window_digests:
+        return
+    differ = sorted(n for n in set(model_digests) | set(window_digests)
+                    if model_digests.get(n) != window_digests.get(n))
+    raise VocabularyMismatch(
+        f"{model} was trained with vocabularies {vocabulary_digest(model_digests)}, {window} was built with "
+        f"{vocabulary_digest(window_digests)} (differ: {', '.join(differ)}): its ids mean other users, items or "
+        "attributes. Build the window with the model's vocabularies (features --set vocab_from=<the model's "
+        "training window>) or use a model trained with this window's")

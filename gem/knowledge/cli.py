@@ -10,6 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
+from gem.config import iso_time
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("knowledge", help="generate teacher predictions and embeddings",
@@ -23,8 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--out", required=True, type=Path,
                      help="output knowledge folder: new, empty or an earlier knowledge output (replaced "
                           "atomically); any other folder is refused")
-    gen.add_argument("--start", help="only shards whose day is >= start (ISO-8601 UTC)")
-    gen.add_argument("--end", help="only shards whose day starts before end")
+    gen.add_argument("--start", type=iso_time, help="only shards whose day is >= start (ISO-8601 UTC)")
+    gen.add_argument("--end", type=iso_time, help="only shards whose day starts before end")
     gen.add_argument("--tracking-uri", default=None, help="MLflow tracking URI for runs:/ and models:/ URIs")
     gen.add_argument("--preset", default="default", help="gem/configs/knowledge/<preset>.yaml")
     gen.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -33,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reg = sub.add_parser("register", help="write knowledge folders as the Feast teacher_* sources and apply")
     reg.add_argument("--knowledge", required=True, type=Path, nargs="+", help="knowledge folder(s)")
     reg.add_argument("--repo", type=Path, default=None, help="Feast repo directory (default: feature_repo/)")
-    reg.add_argument("--materialize", default=None, metavar="END", help="then load the online store up to END")
+    reg.add_argument("--materialize", default=None, metavar="END", type=iso_time,
+                     help="then load the online store up to END")
     reg.set_defaults(func=_register)
 
 

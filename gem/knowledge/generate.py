@@ -68,8 +68,12 @@ TAG_COLUMNS = ("teacher_version", "window_start", "window_end")
 
 
 def _check_spec(teacher: Teacher, loader: FeatureLoader) -> None:
+    from gem.features.vocab import check_vocabularies
+
+    check_vocabularies(teacher.spec.vocab_digests, loader.spec.vocab_digests, model=f"the teacher {teacher.version}",
+                       window=str(loader.features_dir))
     t, d = teacher.spec.to_dict(), loader.spec.to_dict()
-    diff = sorted(k for k in t if k != "max_seq_len" and t[k] != d.get(k))
+    diff = sorted(k for k in t if k not in ("max_seq_len", "vocab_digests") and t[k] != d.get(k))
     if diff:
         raise ValueError(f"the teacher was trained on another feature spec than {loader.features_dir}: "
                          f"{diff} differ (build the window with the teacher's vocabularies: vocab_from)")

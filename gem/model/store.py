@@ -39,6 +39,7 @@ WEIGHTS, CONFIG, SPEC, DIGESTS = "weights.pt", "model_config.json", "feature_spe
 FILES = (WEIGHTS, CONFIG, SPEC)
 MODEL_DIR = "model"
 MLFLOW_PREFIXES = ("runs:/", "models:/")
+PYFUNC_ARTIFACTS = "artifacts"  # where MLflow puts a pyfunc model's artifacts
 
 
 class ModelStoreError(ValueError):
@@ -87,10 +88,14 @@ def save_model(model: nn.Module | dict[str, torch.Tensor], cfg: ModelConfig, spe
 
 
 def model_folder(path: str | Path) -> Path:
-    """``path`` itself, or its ``model/`` when ``path`` is a run folder."""
+    """``path`` itself, its ``model/`` when ``path`` is a run folder, or its
+    ``artifacts/model/`` when it is an MLflow pyfunc model (``log_pyfunc_model``)."""
     path = Path(path)
-    if not (path / WEIGHTS).is_file() and (path / MODEL_DIR / WEIGHTS).is_file():
-        return path / MODEL_DIR
+    if (path / WEIGHTS).is_file():
+        return path
+    for inner in (path / MODEL_DIR, path / PYFUNC_ARTIFACTS / MODEL_DIR):
+        if (inner / WEIGHTS).is_file():
+            return inner
     return path
 
 
@@ -159,6 +164,7 @@ def load_model(source: str | Path, tracking_uri: str | None = None) -> StoredMod
     model.load_state_dict(state)
     if not version:
         version = f"local:{folder.resolve()}@{digest[:12]}"
+    model.stored_as = version  # named by the checks that pair it with a features window
     return StoredModel(model.eval(), cfg, spec, folder, digest, version, run_id)
 
 
@@ -198,8 +204,11 @@ def resolve(source: str | Path, tracking_uri: str | None = None) -> tuple[Path, 
     else:
         run_id, _, name = text[len("runs:/"):].partition("/")
         version, download = f"runs:/{run_id}", text
-        logged = [m for m in mlflow.search_logged_models(
-            filter_string=f"source_run_id = '{run_id}'", output_format="list") if m.name == (name or MODEL_DIR)]
+        of_run = mlflow.search_logged_models(filter_string=f"source_run_id = '{run_id}'", output_format="list",
+                                             order_by=[{"field_name": "creation_time", "ascending": False}])
+        logged = [m for m in of_run if m.name == (name or MODEL_DIR)]
+        if not logged and (name or MODEL_DIR) == MODEL_DIR:  # runs:/<id>/model: the run's model, whatever its name
+            logged = of_run
         if logged:
             download = f"models:/{logged[0].model_id}"
     target = Path(tempfile.mkdtemp(prefix="gem-model-"))
@@ -234,3 +243,32 @@ def log_model(folder: str | Path, *, name: str = MODEL_DIR, registered_name: str
     if registered_name:
         mlflow.register_model(uri, registered_name)
     return uri
+
+
+def log_pyfunc_model(folder: str | Path, *, name: str, code: str | Path, signature, input_example=None,
+                     pip_requirements: list[str] | None = None, model_config: dict | None = None,
+                     params: dict | None = None, tags: dict | None = None, files: tuple[str, ...] = FILES) -> str:
+    """Log a saved model folder into the active MLflow run as an MLflow pyfunc model
+    "from code": ``code`` (a file that calls ``mlflow.models.set_model``) is stored with
+    it and run on ``mlflow.pyfunc.load_model``; the folder goes in as the artifact
+    ``model``, which that code loads through this module (digests checked, weights-only).
+    Nothing is pickled. MLflow scores ``input_example`` once to check it. Returns the
+    model URI (``models:/<model_id>``)."""
+    import shutil
+
+    import mlflow
+
+    folder = model_folder(folder)
+    verify(folder, files)
+    if mlflow.active_run() is None:
+        raise RuntimeError("log_pyfunc_model needs an active MLflow run")
+    with tempfile.TemporaryDirectory(prefix="gem-pyfunc-") as tmp:
+        staged = Path(tmp) / MODEL_DIR  # MLflow keeps the folder's own name under artifacts/
+        shutil.copytree(folder, staged)
+        info = mlflow.pyfunc.log_model(
+            name=name, python_model=str(code), artifacts={MODEL_DIR: str(staged)}, signature=signature,
+            input_example=input_example, pip_requirements=pip_requirements, model_config=model_config,
+            params={k: str(v)[:500] for k, v in (params or {}).items()} or None,
+            tags={"gem.format": "pyfunc+state_dict+digests", **(tags or {})})
+    return f"models:/{info.model_id}"
+

@@ -18,6 +18,9 @@ import argparse
 import json
 import logging
 
+from gem.config import iso_time
+from gem.errors import UsageError
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="pretrain the GEM foundation model (single process or torchrun)",
@@ -33,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     parser.add_argument("--init-from", default=None,
                         help="start from another model's weights (run folder or models:/ URI), e.g. the champion")
-    parser.add_argument("--cut", action="append", default=[], metavar="ISO",
+    parser.add_argument("--cut", action="append", default=[], metavar="ISO", type=iso_time,
                         help="time cut point of an explicit split (once: train/test, twice: train/validation/test)")
     parser.add_argument("--split-file", default=None, help="Parquet/CSV with example_id, part (train/validation/test)")
     parser.add_argument("--eval-part", default="", choices=("", "validation", "test"),
@@ -60,10 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
     cfg, model_cfg = load_train_config(args.preset, args.overrides, args.config)
     if args.cut and args.split_file:
-        raise SystemExit("error: give --cut or --split-file, not both")
+        raise UsageError("give --cut or --split-file, not both")
     split = Split.from_options(args.cut, args.split_file)
     if args.eval_part and split is None:
-        raise SystemExit("error: --eval-part needs --cut or --split-file")
+        raise UsageError("--eval-part needs --cut or --split-file")
     if cfg.engine == "lightning":
         from gem.training.lightning_module import train_lightning
 

@@ -5,26 +5,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gem.config import load_config
+from gem.config import ConfigError, check_ranges, load_config, ranged
 from gem.model.config import ModelConfig
 
 PRECISIONS = ("fp32", "bf16")
 ENGINES = ("native", "lightning")
+DECAYS = ("none", "linear", "cosine")  # optim.lr_decay
 
 
 @dataclass(kw_only=True)
 class OptimConfig:
-    dense_lr: float = 1e-3
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    embedding_lr: float = 0.05  # fused row-wise Adagrad on the torchrec tables
-    embedding_eps: float = 1e-8
-    grad_clip: float = 0.0  # dense max-norm; 0 disables
-    warmup_steps: int = 0
+    dense_lr: float = ranged(1e-3, gt=0)
+    weight_decay: float = ranged(0.0, ge=0)
+    betas: list[float] = ranged(default_factory=lambda: [0.9, 0.999], ge=0, lt=1)
+    embedding_lr: float = ranged(0.05, gt=0)  # fused row-wise Adagrad on the torchrec tables
+    embedding_eps: float = ranged(1e-8, gt=0)
+    grad_clip: float = ranged(0.0, ge=0)  # dense max-norm; 0 disables
+    warmup_steps: int = ranged(0, ge=0)
     # after warmup: "none" keeps dense_lr; "linear"/"cosine" fall to dense_lr * min_lr_ratio
     # at the last step (max_steps, else epochs x batches per epoch)
     lr_decay: str = "none"
-    min_lr_ratio: float = 0.0
+    min_lr_ratio: float = ranged(0.0, ge=0, le=1)
 
 
 @dataclass(kw_only=True)
@@ -37,26 +38,26 @@ class ShardingConfig:
 class TrainConfig:
     model_preset: str = "tiny"
     engine: str = "native"  # "lightning": single process, unsharded tables
-    batch_size: int = 256  # global, across ranks
-    epochs: int = 1
-    max_steps: int = 0  # 0: run every epoch to the end
+    batch_size: int = ranged(256, gt=0)  # global, across ranks
+    epochs: int = ranged(1, gt=0)
+    max_steps: int = ranged(0, ge=0)  # 0: run every epoch to the end
     seed: int = 0
     precision: str = "fp32"
     compile: bool = False
     activation_checkpointing: bool = False
-    task_weights: list[float] = field(default_factory=lambda: [1.0, 1.0])
+    task_weights: list[float] = ranged(default_factory=lambda: [1.0, 1.0], ge=0)  # click, conversion
     optim: OptimConfig = field(default_factory=OptimConfig)
     sharding: ShardingConfig = field(default_factory=ShardingConfig)
-    num_workers: int = 0
+    num_workers: int = ranged(0, ge=0)
     shuffle: bool = True
     # "time": day by day, oldest first (the model ends on the freshest day, as on the live
     # stream); "random": shards in a seeded random order. See gem/features/loader.py.
     shard_order: str = "time"
-    checkpoint_every: int = 100  # steps; 0 disables periodic checkpoints
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    eval_batches: int = 0  # 0: the whole eval set
-    synthetic_examples: int = 4096  # size of --features synthetic://
+    checkpoint_every: int = ranged(100, ge=0)  # steps; 0 disables periodic checkpoints
+    keep_checkpoints: int = ranged(2, ge=1)
+    log_every: int = ranged(10, ge=0)
+    eval_batches: int = ranged(0, ge=0)  # 0: the whole eval set
+    synthetic_examples: int = ranged(4096, gt=0)  # size of --features synthetic://
     tracking_uri: str = ""  # "": sqlite:///<out>/mlflow.db
     experiment: str = "gem-pretrain"
     run_name: str = ""
@@ -65,18 +66,25 @@ class TrainConfig:
     measure_peak: bool = True
 
     def validate(self) -> "TrainConfig":
+        """Every setting checked before any work (ConfigError naming the key)."""
+        check_ranges(self)
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision={self.precision!r} must be one of {PRECISIONS}")
+            raise ConfigError(f"precision={self.precision!r} must be one of {PRECISIONS}")
         from gem.features.config import SHARD_ORDERS
 
         if self.shard_order not in SHARD_ORDERS:
-            raise ValueError(f"shard_order={self.shard_order!r} must be one of {SHARD_ORDERS}")
+            raise ConfigError(f"shard_order={self.shard_order!r} must be one of {SHARD_ORDERS}")
         if self.engine not in ENGINES:
-            raise ValueError(f"engine={self.engine!r} must be one of {ENGINES}")
-        if self.batch_size <= 0 or self.epochs <= 0:
-            raise ValueError(f"batch_size={self.batch_size} and epochs={self.epochs} must be > 0")
+            raise ConfigError(f"engine={self.engine!r} must be one of {ENGINES}")
         if len(self.task_weights) != 2:
-            raise ValueError(f"task_weights={self.task_weights} must have one weight per task (2)")
+            raise ConfigError(f"task_weights={self.task_weights} must have one weight per task (click, conversion)")
+        if not any(w > 0 for w in self.task_weights):
+            raise ConfigError(f"task_weights={self.task_weights}: every task weighs 0, so the loss is 0 and "
+                              "nothing is learned; give click a weight > 0")
+        if len(self.optim.betas) != 2:
+            raise ConfigError(f"optim.betas={self.optim.betas} must be two numbers in [0, 1)")
+        if self.optim.lr_decay not in DECAYS:
+            raise ConfigError(f"optim.lr_decay={self.optim.lr_decay!r} must be one of {DECAYS}")
         return self
 
 

@@ -14,6 +14,8 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from gem.data.batch import Batch, FeatureSpec, synthetic_batch
 
+SYNTHETIC_VOCAB = {"synthetic": "generated ids"}  # synthetic:// ids mean nothing outside such windows
+
 SYNTHETIC_PREFIX = "synthetic://"
 
 
@@ -62,6 +64,7 @@ def default_synthetic_spec(max_seq_len: int = 16, rows: int | None = None) -> Fe
         sequence={"hist_item_id": items, "hist_event_type": 4},
         dense=["user_activity", "item_ctr"],
         max_seq_len=max_seq_len,
+        vocab_digests=dict(SYNTHETIC_VOCAB),
     )
 
 

@@ -18,7 +18,9 @@ import torch
 from torch import nn
 
 from gem.data.batch import Batch
+from gem.errors import UserError
 from gem.model import ModelOutput, multitask_loss
+from gem.training.config import DECAYS, TrainConfig
 
 
 @dataclass
@@ -26,6 +28,52 @@ class StepResult:
     loss: torch.Tensor  # () detached
     per_task: torch.Tensor  # (T,) detached
     probs: torch.Tensor  # (B, T) detached
+
+
+class TrainingDiverged(UserError, RuntimeError):
+    """The loss stopped being a finite number: the run stops there, nothing is exported."""
+
+
+def diverged(step: int, cfg: TrainConfig, loss: float | None = None) -> TrainingDiverged:
+    value = f"{loss}" if loss is not None else "NaN or infinite"
+    return TrainingDiverged(
+        f"training stopped at step {step}: the loss is {value}, the model diverged and nothing was exported. "
+        f"Check optim.dense_lr (now {cfg.optim.dense_lr:g}), optim.embedding_lr (now {cfg.optim.embedding_lr:g}) "
+        f"and optim.grad_clip (now {cfg.optim.grad_clip:g}, 0 = off)")
+
+
+class LossGuard:
+    """Stops a run at its first non-finite loss. A single CPU process checks each step at
+    once; otherwise the first bad step is kept as a tensor and read by ``check`` (at log
+    steps, before a checkpoint or an evaluation, at the end), so the steps of an
+    accelerator or of several ranks are not synchronised for it."""
+
+    NONE = 2**62
+
+    def __init__(self, cfg: TrainConfig, device: torch.device, world_size: int = 1) -> None:
+        self.cfg, self.world_size = cfg, world_size
+        self.at_once = device.type == "cpu" and world_size == 1
+        self.first_bad = torch.full((), self.NONE, dtype=torch.int64, device=device)
+
+    def observe(self, loss: torch.Tensor, step: int) -> None:
+        if self.at_once:
+            if not bool(torch.isfinite(loss)):
+                raise diverged(step, self.cfg, float(loss))
+            return
+        bad = ~torch.isfinite(loss)
+        self.first_bad = torch.where(bad, torch.minimum(self.first_bad, torch.full_like(self.first_bad, step)),
+                                     self.first_bad)
+
+    def check(self) -> None:
+        if self.at_once:
+            return
+        first = self.first_bad.clone()
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(first, op=dist.ReduceOp.MIN)
+        if int(first) != self.NONE:
+            raise diverged(int(first), self.cfg)
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -60,9 +108,6 @@ def train_step(model: nn.Module, batch: Batch, dense_optimizer: torch.optim.Opti
     if scheduler is not None:
         scheduler.step()
     return StepResult(loss.detach(), per_task, torch.sigmoid(out.logits.detach().float()))
-
-
-DECAYS = ("none", "linear", "cosine")
 
 
 def lr_factor(step: int, *, warmup_steps: int = 0, decay: str = "none", total_steps: int = 0,

@@ -37,7 +37,7 @@ from gem.training.distributed import (
 )
 from gem.training.efficiency import EfficiencyMeter, cached_peak_flops, measure_peak_flops, process_start_time
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile
-from gem.training.step import build_dense_optimizer, eval_step, train_step
+from gem.training.step import LossGuard, build_dense_optimizer, eval_step, train_step
 from gem.training.tracking import Tracker
 from gem.utils.outputs import claim_output
 
@@ -104,6 +104,21 @@ def split_parts(split: Split | None, features: str, eval_features: str | None,
     return eval_features or features, part
 
 
+def check_trainable(cfg: TrainConfig, loader, features: str) -> None:
+    """Refuse, before any step, a run that would train nothing: no full batch in the
+    window, or every task the data has weighted 0."""
+    from gem.config import ConfigError
+
+    if len(loader) == 0:
+        n = getattr(loader, "num_examples", 0)
+        raise ConfigError(f"{features}: {n:,} training example(s), not one full batch of batch_size={cfg.batch_size} "
+                          "(training drops a last partial batch), so no step would run; lower batch_size")
+    tasks = list(loader.spec.tasks)
+    if not any(w > 0 for w in cfg.task_weights[: len(tasks)]):
+        raise ConfigError(f"task_weights={list(cfg.task_weights)}: the tasks of {features} ({', '.join(tasks)}) all "
+                          "weigh 0, so the loss is 0 and nothing is learned")
+
+
 def total_steps(cfg: TrainConfig, loader) -> int:
     """Optimizer steps the run will take (the lr schedule's horizon)."""
     every_epoch = cfg.epochs * len(loader)
@@ -144,14 +159,19 @@ def export_model(full_state: dict[str, torch.Tensor], model_cfg: ModelConfig, sp
     return model.eval()
 
 
-def init_weights(model: nn.Module, source: str) -> None:
+def init_weights(model: nn.Module, source: str, spec: FeatureSpec | None = None, features: str = "") -> None:
     """Start from another model's weights (continued pretraining from the champion):
-    a run/model folder or an MLflow model URI, with the same config and vocabularies.
+    a run/model folder or an MLflow model URI, with the same config and vocabularies
+    (those of ``spec``, the training window's, checked when given).
     Read through gem.model.store: digests checked, weights-only, nothing unpickled."""
+    from gem.features.vocab import check_vocabularies
     from gem.model.store import load_state, resolve
 
     folder, _, _ = resolve(source)
-    state, _, _, _ = load_state(folder)
+    state, _, source_spec, _ = load_state(folder)
+    if spec is not None:
+        check_vocabularies(source_spec.vocab_digests, spec.vocab_digests, model=f"init_from={source}",
+                           window=features or "the training window")
     own = model.state_dict()
     mismatched = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
     if mismatched:
@@ -170,8 +190,13 @@ def load_trained_model(out: str | Path) -> nn.Module:
 
 def evaluate(model: nn.Module, loader, env: DistEnv, spec: FeatureSpec, *, precision: str = "fp32",
              max_batches: int = 0) -> SurfaceTaskMetrics:
+    """``spec``: the model's (its vocabularies must be the window's, else VocabularyMismatch)."""
+    from gem.features.vocab import check_vocabularies
     from gem.training.metrics import SurfaceTaskMetrics
 
+    check_vocabularies(spec.vocab_digests, loader.spec.vocab_digests,
+                       model=getattr(unwrap(model), "stored_as", "") or "the model",
+                       window=str(getattr(loader, "features_dir", "")) or "the evaluation window")
     metrics = SurfaceTaskMetrics(spec.surfaces, spec.tasks, env.device)
     was_training = model.training
     model.eval()
@@ -246,10 +271,11 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                       cfg.experiment, cfg.run_name, run_id=run_id, system_metrics=cfg.system_metrics)
     try:
         loader = make_loader(features, cfg, train=True, split=split, part="train")
+        check_trainable(cfg, loader, features)
         spec = loader.spec
         model = build_model(model_cfg, spec)
         if init_from:
-            init_weights(model, init_from)
+            init_weights(model, init_from, spec, features)
         sizes = count_parameters(model)
         probe = next(iter(make_loader(features, cfg, train=False, split=split, part="train")))
         probe = slice_batch(probe, 0, min(16, probe.batch_size))
@@ -312,6 +338,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         done = bool(progress["finished"]) or bool(cfg.max_steps and step >= cfg.max_steps)
         running = None
         evaluator = None
+        guard = LossGuard(cfg, env.device, env.world_size)
 
         def eval_loader():  # a fresh one per evaluation: eval_batches may stop one midway
             return make_loader(eval_features, cfg, train=False, split=split, part=eval_part)
@@ -329,14 +356,17 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                                     grad_clip=cfg.optim.grad_clip, scheduler=scheduler)
                 meter.step_end(batch.batch_size)
                 step += 1
+                guard.observe(result.loss, step)
                 running.update(result.probs, local.labels, local.surface)
                 if cfg.log_every and step % cfg.log_every == 0:
+                    guard.check()
                     loss = _mean_over_ranks(result.loss, env)
                     tracker.log_metrics({"train/loss": loss, "train/loss_click": float(result.per_task[0]),
                                          "train/loss_conversion": float(result.per_task[1]),
                                          "train/lr": dense_opt.param_groups[0]["lr"], **meter.window()}, step)
                     log.info("step %d epoch %d loss %.4f", step, epoch, loss)
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                    guard.check()  # never a checkpoint of diverged weights
                     last = bool(cfg.max_steps and step >= cfg.max_steps) or (
                         epoch == cfg.epochs - 1 and _epoch_consumed(loader))
                     _save(ckpt, dmp, dense_opt, scheduler, loader, step, epoch, tracker.run_id, finished=last)
@@ -344,6 +374,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                 if cfg.max_steps and step >= cfg.max_steps:
                     done = True
                     break
+            guard.check()
             train_metrics = {f"train_epoch/{k}": v for k, v in running.flush().compute().items()}
             tracker.log_metrics({**train_metrics, "epoch": epoch}, step)
             if eval_features:

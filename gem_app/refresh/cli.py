@@ -6,7 +6,11 @@
 
 A pass runs one cycle per newly arrived day (``--catch-up each``) or one cycle over
 all of them (``--catch-up batch``), under a lock: a second concurrent refresh refuses
-to start. A failed cycle leaves the state and the champions untouched.
+to start. A failed cycle leaves the state and the champions untouched. A day at or
+before the last processed one that changed or arrived late is reported, and refused
+(``--late-data refuse``, the default: exit 2, nothing run) or backfilled
+(``--late-data backfill``: the next cycle rebuilds its windows from the current data and
+continues the teacher from the earliest such day).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import json
 import logging
 import sys
 from pathlib import Path
+
+from gem.config import count, iso_day
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--every", default="", help="keep running on this interval (1d, 6h, 30m)")
     parser.add_argument("--catch-up", choices=("each", "batch"), default="each",
                         help="missed days: one cycle per day, or one cycle over all of them")
-    parser.add_argument("--first-day", default=None, help="first day to refresh when no state exists")
+    parser.add_argument("--first-day", default=None, type=iso_day, help="first day to refresh when no state exists")
+    parser.add_argument("--late-data", choices=("refuse", "backfill"), default="refuse",
+                        help="a changed or late day at or before the last processed one: refuse (default) or "
+                             "backfill it")
     parser.add_argument("--preset", choices=("tiny", "small"), default="small")
     parser.add_argument("--surfaces", default="", help="comma-separated surfaces (default: all)")
-    parser.add_argument("--max-cycles", type=int, default=0, help="with --every: stop after this many ticks")
+    parser.add_argument("--max-cycles", type=count(0), default=0, help="with --every: stop after this many ticks")
     parser.set_defaults(func=_refresh)
     actions = parser.add_subparsers(dest="refresh_command", metavar="ACTION")
     schedule = actions.add_parser("schedule", help="create the KFP recurring run of the compiled refresh pipeline")
@@ -56,13 +65,18 @@ def _refresh(args: argparse.Namespace) -> int:
         return 2
     params = dict(PRESETS[args.preset])
     params["surfaces"] = [s for s in args.surfaces.split(",") if s]
+    from gem.data.contract import check_run_inputs
+
+    check_run_inputs(args.data, params["surfaces"])
     workspace = args.workspace.resolve()
     cfg = RefreshConfig(data=str(args.data), state_dir=str(workspace), catch_up=args.catch_up,
-                        first_day=args.first_day).validate()
+                        first_day=args.first_day, late_data=args.late_data).validate()
+
+    def cycle(days, backfill=None):
+        return run_cycle(days, data=args.data.resolve(), workspace=workspace, params=params, backfill=backfill)
 
     def one_pass() -> None:
-        for result in run_refresh(cfg, lambda days: run_cycle(days, data=args.data.resolve(), workspace=workspace,
-                                                              params=params)):
+        for result in run_refresh(cfg, cycle):
             print(json.dumps(result, indent=1))
 
     if not args.every:

@@ -49,17 +49,40 @@ def has_champion_teacher(tracking_root: Path) -> bool:
     return registry.champion_version(registry.TEACHER_MODEL) is not None
 
 
-def run_cycle(days: list[dt.date], *, data: Path, workspace: Path, params: dict) -> dict:
+def backfill_teacher_days(view: Path, last_day: dt.date, earliest: dt.date, student_days: int = 1,
+                          holdout_days: int = 1) -> int:
+    """Days of continued pretraining that reach back to ``earliest`` (the earliest late
+    or corrected day): the refresh teacher window [earliest, teacher end), at least the
+    usual 1 day, at most the view's days before the teacher end."""
+    teacher_end = last_day - dt.timedelta(days=student_days + holdout_days - 1)
+    before = [d for d in Manifest.read(view).days() if d < teacher_end]
+    return max(1, min((teacher_end - earliest).days, len(before)))
+
+
+def run_cycle(days: list[dt.date], *, data: Path, workspace: Path, params: dict,
+              backfill: dict | None = None) -> dict:
+    """One cycle over ``days``. With ``backfill`` (late or corrected earlier days, see
+    gem_app.refresh.state): every window is rebuilt from the current data (reuse is by
+    content) and the teacher continues from the earliest of those days."""
     from gem_app.pipelines.local import run_pipeline
 
-    cycle = workspace / "cycles" / days[-1].isoformat()
+    name = days[-1].isoformat() + ("-backfill" if backfill and backfill.get("recycle") else "")
+    cycle = workspace / "cycles" / name
     view = dataset_until(data, days[-1], cycle / "input")
     refresh = has_champion_teacher(workspace)
+    extra = {}
+    if backfill and refresh:
+        extra["teacher_days"] = backfill_teacher_days(view, days[-1], dt.date.fromisoformat(backfill["from"]))
     summary = run_pipeline(cycle, refresh=refresh, tracking_root=str(workspace.resolve()),
-                           data=str(view.resolve()), run_id=f"refresh-{days[-1].isoformat()}", **params)
-    return {"days": [d.isoformat() for d in days], "mode": "refresh" if refresh else "full",
-            "promoted": {row["surface"]: row["promoted"] for row in summary["surfaces"]},
-            "summary": str(cycle / "summary.json")}
+                           data=str(view.resolve()), run_id=f"refresh-{name}", **params, **extra)
+    result = {"days": [d.isoformat() for d in days], "mode": "refresh" if refresh else "full",
+              "promoted": {row["surface"]: row["promoted"] for row in summary["surfaces"]},
+              "summary": str(cycle / "summary.json")}
+    if backfill:
+        result["backfill"] = {"late_days": sorted({*backfill["changed"], *backfill["added"]}),
+                              "windows_rebuilt": ["teacher", "student", "holdout"],
+                              "teacher_days": extra.get("teacher_days", "all (full pipeline)")}
+    return result
 
 
 def read_summary(cycle_dir: Path) -> dict:

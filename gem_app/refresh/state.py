@@ -7,6 +7,15 @@
   untouched.
 - Catch-up policy for missed days: ``each`` runs one cycle per missed day in order;
   ``batch`` runs one cycle over all missed days (at most ``max_days_per_cycle``).
+- Late and corrected data: the state keeps each processed day's content digest
+  (``days``). A day up to the last processed one that changed or appeared (late, or
+  older than the first) is always reported; ``late_data`` decides what happens:
+  ``refuse`` (the default) stops the pass with a message naming the days and changes
+  nothing; ``backfill`` runs the next cycle (or, with no new day, the last one again)
+  with its windows rebuilt from the current data and the teacher continued from the
+  earliest changed day, and the cycle's result says so (``backfill``). A processed day
+  that was removed (e.g. by retention) is logged and forgotten: later cycles do not
+  read it.
 """
 
 from __future__ import annotations
@@ -16,17 +25,19 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gem.data.contract import DAY_PARTITION, EVENTS_DIR
+from gem.data.contract import DAY_PARTITION, EVENTS_DIR, day_dir
+from gem.errors import UserError
 from gem.utils.atomic import write_json
 from gem_app.locks import Busy, exclusive
 
 log = logging.getLogger(__name__)
 
 CATCH_UP_POLICIES = ("each", "batch")
+LATE_DATA_POLICIES = ("refuse", "backfill")
 _INTERVAL = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -41,13 +52,72 @@ class RefreshConfig:
     catch_up: str = "each"
     max_days_per_cycle: int = 7
     first_day: str | None = None  # first day to refresh when no state exists (default: newest day)
+    late_data: str = "refuse"  # a changed or new day up to the last processed one: refuse | backfill
 
     def validate(self) -> "RefreshConfig":
+        from gem.config import ConfigError
+
         if self.catch_up not in CATCH_UP_POLICIES:
-            raise ValueError(f"catch_up must be one of {CATCH_UP_POLICIES}, got {self.catch_up!r}")
+            raise ConfigError(f"catch_up must be one of {CATCH_UP_POLICIES}, got {self.catch_up!r}")
+        if self.late_data not in LATE_DATA_POLICIES:
+            raise ConfigError(f"late_data must be one of {LATE_DATA_POLICIES}, got {self.late_data!r}")
         if self.max_days_per_cycle < 1:
-            raise ValueError(f"max_days_per_cycle must be >= 1, got {self.max_days_per_cycle}")
+            raise ConfigError(f"max_days_per_cycle must be >= 1, got {self.max_days_per_cycle}")
+        if self.first_day is not None:
+            try:
+                dt.date.fromisoformat(self.first_day)
+            except ValueError:
+                raise ConfigError(f"first_day={self.first_day!r} is not a day YYYY-MM-DD") from None
         return self
+
+
+class LateDataRefused(UserError, RuntimeError):
+    """Late or corrected days under ``late_data=refuse``."""
+
+
+@dataclass
+class LateData:
+    """Days up to the last processed one that are not as the refresh saw them."""
+
+    changed: list[str] = field(default_factory=list)  # content differs from the processed day's
+    added: list[str] = field(default_factory=list)  # not there when processed (late, or older than the first)
+    removed: list[str] = field(default_factory=list)  # processed, now gone (reported, not late data)
+
+    def __bool__(self) -> bool:
+        return bool(self.changed or self.added)
+
+    @property
+    def days(self) -> list[str]:
+        return sorted({*self.changed, *self.added})
+
+    def describe(self) -> str:
+        parts = [f"{what} {', '.join(days)}" for what, days in (("changed", self.changed), ("new", self.added)) if days]
+        return "late or corrected data at or before the last processed day: " + "; ".join(parts)
+
+    def as_dict(self) -> dict:
+        return {"changed": self.changed, "added": self.added}
+
+
+def day_digests(data: Path, days: list[dt.date]) -> dict[str, str]:
+    """Each day partition's content digest (its files' names and bytes)."""
+    from gem.utils.digest import tree_digest
+
+    return {d.isoformat(): tree_digest(day_dir(Path(data), d)) for d in days}
+
+
+def find_late_data(state: dict, digests: dict[str, str]) -> LateData:
+    """What differs, up to the state's last day, between the recorded digests and now."""
+    if "last_day" not in state:
+        return LateData()
+    last, seen = state["last_day"], state.get("days", {})
+    late = LateData()
+    for day, digest in sorted(digests.items()):
+        if day <= last and day not in seen:
+            late.added.append(day)
+        elif day in seen and seen[day] != digest:
+            late.changed.append(day)
+    late.removed = sorted(d for d in seen if d not in digests)
+    return late
 
 
 def parse_interval(text: str) -> float:
@@ -79,9 +149,9 @@ def _write_state(state_dir: Path, state: dict) -> None:
     write_json(state, state_dir / "state.json")
 
 
-def plan_cycles(cfg: RefreshConfig, state: dict) -> list[list[dt.date]]:
+def plan_cycles(cfg: RefreshConfig, state: dict, days: list[dt.date] | None = None) -> list[list[dt.date]]:
     """The day batches still to refresh, oldest first, under the catch-up policy."""
-    days = available_days(Path(cfg.data))
+    days = available_days(Path(cfg.data)) if days is None else days
     if not days:
         return []
     if "last_day" in state:
@@ -94,33 +164,71 @@ def plan_cycles(cfg: RefreshConfig, state: dict) -> list[list[dt.date]]:
     return [pending[i: i + cfg.max_days_per_cycle] for i in range(0, len(pending), cfg.max_days_per_cycle)]
 
 
-def run_refresh(cfg: RefreshConfig, cycle: Callable[[list[dt.date]], dict]) -> list[dict]:
+def _late_data_plan(cfg: RefreshConfig, state: dict, state_dir: Path, digests: dict[str, str],
+                    plan: list[list[dt.date]]) -> tuple[list[list[dt.date]], dict | None]:
+    """Report late or corrected days; refuse them, or fold a backfill into the plan."""
+    late = find_late_data(state, digests)
+    if late.removed:
+        log.warning("refresh: processed day(s) %s are no longer in %s; forgotten (later cycles do not read them)",
+                    ", ".join(late.removed), cfg.data)
+        state["days"] = {d: v for d, v in state["days"].items() if d not in late.removed}
+        _write_state(state_dir, state)
+    if not late:
+        return plan, None
+    log.warning("refresh: %s (late_data=%s)", late.describe(), cfg.late_data)
+    if cfg.late_data == "refuse":
+        state["late_data"] = {**late.as_dict(), "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        _write_state(state_dir, state)
+        raise LateDataRefused(
+            f"refresh of {cfg.data}: {late.describe()}. Nothing was run (late_data=refuse, the default): rerun with "
+            "--late-data backfill to rebuild the windows they touch, or restore those days")
+    backfill = {**late.as_dict(), "from": late.days[0], "recycle": not plan}
+    if not plan:  # no new day: the last cycle again, on the corrected data
+        plan = [[dt.date.fromisoformat(state["last_day"])]]
+    return plan, backfill
+
+
+def run_refresh(cfg: RefreshConfig, cycle: Callable[..., dict]) -> list[dict]:
     """Run every pending cycle under the lock; stop at the first failure (state keeps the
-    last successful day, so the next run retries from there)."""
+    last successful day, so the next run retries from there). Late or corrected days
+    (see the module docstring) are refused, or backfilled by the first cycle, which is
+    then called as ``cycle(days, backfill={...})``."""
     cfg.validate()
     state_dir = Path(cfg.state_dir)
     results = []
     with refresh_lock(state_dir):
         state = read_state(state_dir)
-        plan = plan_cycles(cfg, state)
+        available = available_days(Path(cfg.data))
+        digests = day_digests(Path(cfg.data), available)
+        if "last_day" in state and "days" not in state:  # a state from before digests were kept
+            state["days"] = {d: v for d, v in digests.items() if d <= state["last_day"]}
+            _write_state(state_dir, state)
+            log.info("refresh: recorded the digests of %d processed days (first pass with them)", len(state["days"]))
+        plan, backfill = _late_data_plan(cfg, state, state_dir, digests, plan_cycles(cfg, state, available))
         if not plan:
-            log.info("refresh: no new days in %s", cfg.data)
+            log.info("refresh: no new days in %s (last processed %s, %d days unchanged)", cfg.data,
+                     state.get("last_day"), len(state.get("days", {})))
         for days in plan:
             started = time.perf_counter()
-            log.info("refresh: cycle for %s", ", ".join(d.isoformat() for d in days))
+            log.info("refresh: cycle for %s%s", ", ".join(d.isoformat() for d in days),
+                     f" with a backfill from {backfill['from']}" if backfill else "")
             try:
-                result = cycle(days)
+                result = cycle(days, backfill=backfill) if backfill else cycle(days)
             except Exception:
                 log.exception("refresh: cycle for %s failed; state stays at %s", days, state.get("last_day"))
                 state["last_failure"] = {"days": [d.isoformat() for d in days],
                                          "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
                 _write_state(state_dir, state)
                 raise
-            state["last_day"] = days[-1].isoformat()
+            state["last_day"] = max(days[-1].isoformat(), state.get("last_day", ""))
+            state["days"] = {d: v for d, v in {**state.get("days", {}), **digests}.items()
+                             if d <= state["last_day"] and d in digests}
             state.pop("last_failure", None)
+            state.pop("late_data", None)
             state.setdefault("history", []).append(
                 {"days": [d.isoformat() for d in days], "seconds": round(time.perf_counter() - started, 2),
-                 "result": result})
+                 "result": result, **({"backfill": backfill} if backfill else {})})
+            backfill = None
             _write_state(state_dir, state)
             results.append(result)
     return results
@@ -138,6 +246,8 @@ def run_every(interval_s: float, tick: Callable[[], object], *, max_ticks: int |
             tick()
         except RefreshBusy as exc:
             log.warning("refresh: %s", exc)
+        except UserError as exc:  # a refused input: its message says it all
+            log.error("refresh: %s", exc)
         except Exception:  # noqa: BLE001 - the schedule must survive one bad cycle
             log.exception("refresh: tick failed; next one on schedule")
         ticks += 1
