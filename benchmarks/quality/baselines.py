@@ -44,6 +44,11 @@ class Examples:
     dense_names: list[str]
     labels: np.ndarray  # float32 (N, T): click, conversion
     tasks: list[str]
+    # label-aware histories: each history event's label as known at the example, 1 + the
+    # features' seq_action (1 no click, 2 click, 3 conversion), 0 = padding; None = blind
+    history_action: np.ndarray | None = None
+    # extra numeric columns for the simple baselines (the same facts the deep models read)
+    numeric: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -142,22 +147,34 @@ def one_hot_ids(ex: Examples, names: tuple[str, ...] = ("user_id", "item_id")):
 
 
 def lr_ids(train: Examples, test: Examples, *, task: int = 0, C: float = 1.0) -> np.ndarray:
-    """L2 logistic regression on one-hot (user_id, item_id). liblinear, not lbfgs: lbfgs
+    """L2 logistic regression on one-hot (user_id, item_id), plus the examples' ``numeric``
+    columns (standardised on train) when they have them. liblinear, not lbfgs: lbfgs
     stops at its first iterate when the base rate is exactly 0.5 (Taobao's one sampled
     negative per click), as the mean-loss gradient per id is below its tolerance."""
+    from scipy import sparse as sp
     from sklearn.linear_model import LogisticRegression
 
     y = train.labels[:, task]
     if y.min() == y.max():
         return np.full(len(test), float(y.mean()))
+    if train.numeric is not None:
+        mean, scale = train.numeric.mean(axis=0), train.numeric.std(axis=0) + 1e-6
+
+    def design(ex: Examples):
+        ids = one_hot_ids(ex)
+        if train.numeric is None:
+            return ids
+        return sp.hstack([ids, sp.csr_matrix((ex.numeric - mean) / scale)], format="csr")
+
     model = LogisticRegression(C=C, solver="liblinear")
-    model.fit(one_hot_ids(train), y)
-    return model.predict_proba(one_hot_ids(test))[:, 1]
+    model.fit(design(train), y)
+    return model.predict_proba(design(test))[:, 1]
 
 
 # ---- FuxiCTR adapter ----
 
 SEQ = "seq_item_id"
+ACTION = "seq_action"  # the history events' labels (label-aware histories only)
 LABEL = "click"
 
 
@@ -165,7 +182,9 @@ def fuxictr_feature_map(ex: Examples, root: str | Path, *, dataset_id: str = "ge
     """A FuxiCTR FeatureMap over the examples' columns: every sparse id as a categorical
     field (vocab = the features build's cardinality, 0 = unknown), every dense feature as
     a numeric field, and the item history as a sequence field sharing item_id's table
-    (padding index 0, so padded positions embed to zeros)."""
+    (padding index 0, so padded positions embed to zeros); with label-aware histories, the
+    history's labels as a second sequence field with its own table (``history_embedding``
+    adds it to each event's item embedding: the label is a side feature of the item)."""
     from fuxictr.features import FeatureMap
 
     fmap = FeatureMap(dataset_id, str(root))
@@ -177,6 +196,9 @@ def fuxictr_feature_map(ex: Examples, root: str | Path, *, dataset_id: str = "ge
     fmap.features[SEQ] = {"type": "sequence", "source": "user", "vocab_size": int(ex.cardinality["item_id"]),
                           "max_len": int(max_len or ex.history.shape[1]), "padding_idx": 0,
                           "share_embedding": "item_id"}
+    if ex.history_action is not None:
+        fmap.features[ACTION] = {"type": "sequence", "source": "user", "vocab_size": 4,
+                                 "max_len": int(max_len or ex.history.shape[1]), "padding_idx": 0}
     fmap.labels = [LABEL]
     fmap.num_fields = fmap.get_num_fields()
     fmap.set_column_index()
@@ -193,13 +215,33 @@ def fuxictr_batches(ex: Examples, batch_size: int, *, shuffle: bool, seed: int =
         order = np.random.default_rng(seed).permutation(len(ex)) if shuffle else np.arange(len(ex))
     sparse, history = torch.from_numpy(ex.sparse), torch.from_numpy(ex.history)
     dense, labels = torch.from_numpy(ex.dense), torch.from_numpy(ex.labels[:, task].copy())
+    action = None if ex.history_action is None else torch.from_numpy(ex.history_action)
     for lo in range(0, len(order), batch_size):
         idx = torch.from_numpy(order[lo:lo + batch_size])
         batch = {name: sparse[idx, i] for i, name in enumerate(ex.sparse_names)}
         batch.update({name: dense[idx, i] for i, name in enumerate(ex.dense_names)})
         batch[SEQ] = history[idx]
+        if action is not None:
+            batch[ACTION] = action[idx]
         batch[LABEL] = labels[idx]
         yield batch
+
+
+def history_embedding(X: dict, emb: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L, d) history embeddings and their (B, L) mask. Label-aware: each event's item
+    embedding plus its label's, the label field taken out of ``emb`` (it joins the item,
+    it is not a field of its own), and the mask from the labels, so an event whose item id
+    is unknown (0) still shows its label. Blind: the item embeddings, masked where padded."""
+    history = emb[SEQ]
+    if ACTION in emb:
+        history = history + emb.pop(ACTION)
+        return history, (X[ACTION] > 0).float()
+    return history, (X[SEQ] > 0).float()
+
+
+def _fields_in(feature_map) -> int:
+    """Fields the models embed: the label sequence joins the item history, not a field."""
+    return feature_map.num_fields - (ACTION in feature_map.features)
 
 
 def _base_kwargs(root: str | Path, model_id: str) -> dict:
@@ -226,7 +268,7 @@ def make_din(fmap, root: str | Path, *, embedding_dim: int = 16, attention_units
             self.embedding = FeatureEmbedding(feature_map, embedding_dim)
             self.attention = DIN_Attention(embedding_dim, attention_units=list(attention_units),
                                            hidden_activations="Dice", use_softmax=False)
-            inputs = feature_map.num_fields * embedding_dim  # the sequence slot holds the pooled history
+            inputs = _fields_in(feature_map) * embedding_dim  # the sequence slot holds the pooled history
             self.dnn = MLP_Block(inputs, output_dim=1, hidden_units=list(dnn_units),
                                  hidden_activations=[Dice(u) for u in dnn_units])
             self.compile("adam", "binary_crossentropy", 1e-3)
@@ -236,8 +278,7 @@ def make_din(fmap, root: str | Path, *, embedding_dim: int = 16, attention_units
         def forward(self, inputs):
             X = self.get_inputs(inputs)
             emb = self.embedding.embedding_layer(X)
-            history = emb[SEQ]  # (B, L, d); padded positions are zero rows
-            mask = (X[SEQ] > 0).float()
+            history, mask = history_embedding(X, emb)  # (B, L, d); padded positions are zero rows
             emb[SEQ] = self.attention(emb["item_id"], history, mask)
             flat = self.embedding.embedding_layer.dict2tensor(emb, flatten_emb=True)
             return {"y_pred": self.output_activation(self.dnn(flat))}
@@ -282,7 +323,7 @@ def make_wukong(fmap, root: str | Path, *, embedding_dim: int = 16, layers: int 
         def __init__(self, feature_map):
             super().__init__(feature_map, **_base_kwargs(root, "WuKong"))
             self.embedding = FeatureEmbedding(feature_map, embedding_dim)
-            n = feature_map.num_fields
+            n = _fields_in(feature_map)
             blocks = []
             for _ in range(layers):
                 blocks.append(_WuKongLayer(n, n_f, n_l, embedding_dim, rank, hidden))
@@ -295,11 +336,7 @@ def make_wukong(fmap, root: str | Path, *, embedding_dim: int = 16, layers: int 
             self.model_to_device()
 
         def forward(self, inputs):
-            X = self.get_inputs(inputs)
-            emb = self.embedding.embedding_layer(X)
-            mask = (X[SEQ] > 0).float().unsqueeze(-1)
-            emb[SEQ] = (emb[SEQ] * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-            fields = self.embedding.embedding_layer.dict2tensor(emb, flatten_emb=False)  # (B, n, d)
+            fields = _pooled_fields(self, inputs)  # (B, n, d)
             return {"y_pred": self.output_activation(self.dnn(self.layers(fields).flatten(1)))}
 
     torch.manual_seed(seed)
@@ -311,8 +348,9 @@ def _pooled_fields(module, inputs) -> torch.Tensor:
     non-padded events (what FuxiCTR's non-sequence models do with a sequence field)."""
     X = module.get_inputs(inputs)
     emb = module.embedding.embedding_layer(X)
-    mask = (X[SEQ] > 0).float().unsqueeze(-1)
-    emb[SEQ] = (emb[SEQ] * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+    history, mask = history_embedding(X, emb)
+    mask = mask.unsqueeze(-1)
+    emb[SEQ] = (history * mask).sum(1) / mask.sum(1).clamp(min=1.0)
     return module.embedding.embedding_layer.dict2tensor(emb, flatten_emb=False)
 
 
@@ -326,7 +364,7 @@ def make_dnn(fmap, root: str | Path, *, embedding_dim: int = 16, dnn_units=(128,
         def __init__(self, feature_map):
             super().__init__(feature_map, **_base_kwargs(root, "DNN"))
             self.embedding = FeatureEmbedding(feature_map, embedding_dim)
-            self.dnn = MLP_Block(feature_map.num_fields * embedding_dim, output_dim=1,
+            self.dnn = MLP_Block(_fields_in(feature_map) * embedding_dim, output_dim=1,
                                  hidden_units=list(dnn_units), hidden_activations="ReLU")
             self.compile("adam", "binary_crossentropy", 1e-3)
             self.reset_parameters()
@@ -351,7 +389,7 @@ def make_dcnv2(fmap, root: str | Path, *, embedding_dim: int = 16, cross_layers:
         def __init__(self, feature_map):
             super().__init__(feature_map, **_base_kwargs(root, "DCNv2"))
             self.embedding = FeatureEmbedding(feature_map, embedding_dim)
-            width = feature_map.num_fields * embedding_dim
+            width = _fields_in(feature_map) * embedding_dim
             self.cross = CrossNetV2(width, cross_layers)
             self.dnn = MLP_Block(width, output_dim=None, hidden_units=list(dnn_units), hidden_activations="ReLU")
             self.fc = nn.Linear(width + dnn_units[-1], 1)

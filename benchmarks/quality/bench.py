@@ -290,7 +290,7 @@ def _switches(text: str) -> list[bool]:
     return [values[v] for v in text.split(",") if v]
 
 
-def main(argv: list[str] | None = None) -> dict:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--protocol", choices=("days", "peers"), default="days",
                         help="days: the last days held out (today's); peers: the peers' protocol (peers.py)")
@@ -337,6 +337,14 @@ def main(argv: list[str] | None = None) -> dict:
     peers.add_argument("--replicates", type=int, default=1000, help="bootstrap replicates over test users")
     peers.add_argument("--no-history", action="store_true",
                        help="diagnostics: every history emptied, for every model (the ablation without sequences)")
+    peers.add_argument("--history", choices=("blind", "labels"), default="blind",
+                       help="blind: label-blind histories (peers_protocol); labels: every model reads the same "
+                            "label-aware history GEM reads (peers_protocol_rich)")
+    peers.add_argument("--train-newest", type=float, default=1.0,
+                       help="train on the newest share of the train window only (validation and test fixed)")
+    peers.add_argument("--result-key", default=None,
+                       help="quality.json key to write (default peers_protocol, or peers_protocol_rich with "
+                            "--history labels)")
     peers.add_argument("--train-fraction", type=float, default=1.0,
                        help="diagnostics: train on a random share of the train rows (validation and test unchanged)")
     peers.add_argument("--jobs", type=int, default=1,
@@ -350,6 +358,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--fuxictr-conversion", action="store_true",
                         help="also train FuxiCTR models on conversion (doubles their time)")
     parser.add_argument("--results-dir", default=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.protocol == "peers":
         return main_peers(args, parser)
@@ -382,9 +395,10 @@ def main(argv: list[str] | None = None) -> dict:
                     log_comparison_run("quality", f"{name}/{model}", result,
                                        {"dataset": name, "model": model, "seeds": args.seeds, "epochs": args.epochs})
     sizes["total_seconds"] = time.perf_counter() - started
-    kept = _read_results(args.results_dir).get(PEERS_KEY)
-    if kept is not None:  # the peers' protocol figures stay beside today's
-        figures[PEERS_KEY] = kept
+    previous = _read_results(args.results_dir)
+    for key in KEPT_KEYS:  # the other protocols' figures stay beside today's
+        if key in previous:
+            figures[key] = previous[key]
     path = write_result("quality", figures, sizes=sizes, out_dir=args.results_dir)
     rows = []
     for name, models in figures.items():
@@ -401,6 +415,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 PEERS_KEY = "peers_protocol"
+RICH_KEY = "peers_protocol_rich"
+KEPT_KEYS = (PEERS_KEY, RICH_KEY, "scaling", "peers_protocol_diagnostics")  # the days protocol keeps these
 
 
 def _results_path(results_dir: str | None) -> Path:
@@ -416,12 +432,11 @@ def _read_results(results_dir: str | None) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def main_peers(args, parser) -> dict:
-    """--protocol peers: run it, then write its figures under ``peers_protocol`` of
-    quality.json, keeping the rest of the file (today's protocol) as it is."""
+def peers_args(args, parser):
+    """The peers' protocol's settings, checked and completed (datasets and models as
+    lists, threads, the shared-data and work folders)."""
     from benchmarks.quality import peers
-    from benchmarks.results import machine_info, work_dir
-    from gem.utils.atomic import write_json
+    from benchmarks.results import work_dir
 
     args.datasets = [d for d in (args.datasets or ",".join(peers.DATASETS)).split(",") if d]
     args.models = [m for m in (args.models or ",".join(peers.MODELS)).split(",") if m]
@@ -435,11 +450,24 @@ def main_peers(args, parser) -> dict:
     args.threads = args.threads or 1
     args.shared = SHARED
     args.work_dir = args.work_dir or str(work_dir("quality-peers"))
+    return args
+
+
+def main_peers(args, parser) -> dict:
+    """--protocol peers: run it, then write its figures under ``peers_protocol`` (label-
+    blind) or ``peers_protocol_rich`` (label-aware) of quality.json, keeping the rest of
+    the file as it is."""
+    from benchmarks.quality import peers
+    from benchmarks.results import machine_info
+    from gem.utils.atomic import write_json
+
+    args = peers_args(args, parser)
     logging.basicConfig(level=logging.WARNING)
     result = peers.run(args)
     payload = _read_results(args.results_dir)
-    payload[PEERS_KEY] = {**result, "machine": machine_info(),
-                          "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    key = args.result_key or (RICH_KEY if args.history == "labels" else PEERS_KEY)
+    payload[key] = {**result, "machine": machine_info(),
+                    "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     path = _results_path(args.results_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(payload, path)

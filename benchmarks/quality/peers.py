@@ -51,6 +51,7 @@ import hashlib
 import json
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -67,13 +68,23 @@ from benchmarks.quality.runs import (
     RunSettings,
     fit_deep,
 )
+from benchmarks.quality.sequence_peers import SEQUENCE_MODELS, SequenceRun
 from benchmarks.quality.store import ExampleStore, take, user_hash_fraction
 
-PEERS = ("item_ctr", "lr_ids", "fuxictr_dnn", "fuxictr_dcnv2", "fuxictr_wukong", "fuxictr_din")
+PEERS = ("item_ctr", "lr_ids", "fuxictr_dnn", "fuxictr_dcnv2", "fuxictr_wukong", "fuxictr_din", "bst", "hstu")
 REFERENCES = ("dlrm_baseline",)  # GEM's own ablation (history mean-pooled, an MLP): not one of the peers
 MODELS = ("gem", *REFERENCES, *PEERS)
-DEEP = ("gem", "dlrm_baseline", "fuxictr_dnn", "fuxictr_dcnv2", "fuxictr_wukong", "fuxictr_din")
-DATASETS = ("movielens100k", "taobao")
+DEEP = ("gem", "dlrm_baseline", "fuxictr_dnn", "fuxictr_dcnv2", "fuxictr_wukong", "fuxictr_din", "bst", "hstu")
+DATASETS = ("movielens100k", "taobao")  # the default; movielens1m and ciao on request
+HISTORIES = ("blind", "labels")  # label-blind histories, or every model the same label-aware one
+HISTORY_TEXT = {
+    "blind": "label-blind: items acted on strictly before the example, no earlier labels, no prior CTR",
+    "labels": "label-aware, the same for every model: each earlier event's item with its label, shown only once "
+              "the label's time is strictly before the example's (click at click_time, conversion at "
+              "conversion_time), the user's prior click rate among the dense features; FuxiCTR models: the label "
+              "as a side feature of each history item; bst / hstu: a label token per event; lr_ids: the dense "
+              "features, the prior click rate and the history-label counts beside its one-hot ids",
+}
 LR_IDS_C = (0.1, 1.0, 10.0)
 ITEM_CTR_PRIOR = (5.0, 20.0, 100.0)
 
@@ -120,6 +131,16 @@ def _iso(us: int) -> str:
     return dt.datetime.fromtimestamp(us / 1e6, tz=dt.timezone.utc).isoformat()
 
 
+def newest(train: np.ndarray, time_us: np.ndarray, fraction: float) -> np.ndarray:
+    """The newest ``fraction`` of the rows ``train`` by example time (ties: later row
+    first), in their original order."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"train_newest must be in (0, 1], got {fraction}")
+    keep = max(1, int(round(len(train) * fraction)))
+    order = np.lexsort((train, time_us[train]))
+    return np.sort(train[order[len(train) - keep:]])
+
+
 def check_split(store: ExampleStore, parts: np.ndarray, info: dict) -> dict:
     """Assertions that the split cannot leak: disjoint parts, and for a time split every
     train example before every validation one before every test one."""
@@ -161,6 +182,8 @@ def run_model(model: str, store: ExampleStore, rows: dict[str, np.ndarray], *, s
             if model in ("gem", "dlrm_baseline"):
                 return GemRun("gem" if model == "gem" else "dlrm", stores[point.history], point, seed, settings,
                               steps)
+            if model in SEQUENCE_MODELS:
+                return SequenceRun(model, stores[point.history], point, seed, settings, steps)
             return FuxiRun(model.split("_", 1)[1], examples[point.history], point, seed, settings, steps, tmp)
 
         with tempfile.TemporaryDirectory(prefix="gem-peers-") as tmp:
@@ -183,6 +206,8 @@ def run_model(model: str, store: ExampleStore, rows: dict[str, np.ndarray], *, s
 
 def _run_shallow(model: str, store: ExampleStore, rows: dict[str, np.ndarray], labels: np.ndarray) -> dict:
     ex = store.examples(1)
+    if store.spec.history_labels:  # the same facts the deep models read: dense features, history labels
+        ex.numeric = np.column_stack([store.dense, store.label_facts()[0]]).astype(np.float64)
     train, val, test = (take(ex, rows[p]) for p in ("train", "validation", "test"))
     values = LR_IDS_C if model == "lr_ids" else ITEM_CTR_PRIOR
     fit = (lambda v, target: baselines.lr_ids(train, target, C=v)) if model == "lr_ids" else \
@@ -280,10 +305,11 @@ def verdict(figs: dict) -> dict:
 # ---- per dataset ----
 
 def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: bool = False,
-            log: Callable[[str], None] = print) -> tuple[Path | None, str]:
-    """The contract dataset and its one label-blind features build, reused from ``work``
-    only while the source's content, the settings and the code are unchanged
-    (``benchmarks.results.built``); returns (features dir, "") or (None, why skipped)."""
+            log: Callable[[str], None] = print, history: str = "blind") -> tuple[Path | None, str]:
+    """The contract dataset and its one features build (label-blind histories, or with
+    ``history="labels"`` label-aware ones), reused from ``work`` only while the source's
+    content, the settings and the code are unchanged (``benchmarks.results.built``);
+    returns (features dir, "") or (None, why skipped)."""
     from benchmarks.results import built
     from gem.features import build_features
     from gem.features.config import FeaturesConfig
@@ -305,11 +331,27 @@ def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: boo
 
         data_digest = built(data, {"raw": path_digest(raw)}, lambda o: convert_taobao(raw, o, label="action"),
                             fresh=fresh)
+    elif name == "movielens1m":
+        raw = shared / "movielens-1m"
+        if not (raw / "ratings.dat.gz").is_file() and not (raw / "ratings.dat").is_file():
+            return None, f"{raw}/ratings.dat[.gz] not found (shared data absent)"
+        from gem.data.adapters.movielens1m import convert_movielens1m
+
+        data_digest = built(data, {"raw": path_digest(raw)}, lambda o: convert_movielens1m(raw, o), fresh=fresh)
+    elif name == "ciao":
+        raw = shared / "ciao" / "ratings.csv.gz"
+        if not raw.is_file():
+            return None, f"{raw} not found (shared data absent)"
+        from gem.data.adapters.ciao import convert_ciao
+
+        data_digest = built(data, {"raw": path_digest(raw)}, lambda o: convert_ciao(raw, o), fresh=fresh)
     elif (Path(name) / "manifest.json").is_file():  # a contract dataset folder (tests, own data)
         data, data_digest = Path(name), path_digest(name)
     else:
         raise ValueError(f"unknown dataset {name!r}; choose from {DATASETS} or give a contract dataset folder")
-    cfg = FeaturesConfig(max_seq_len=max_seq_len, num_buckets=2, workers=1, history_labels=False)
+    if history not in HISTORIES:
+        raise ValueError(f"history={history!r}: one of {HISTORIES}")
+    cfg = FeaturesConfig(max_seq_len=max_seq_len, num_buckets=2, workers=1, history_labels=history == "labels")
 
     def build(out: Path) -> None:
         t0 = time.perf_counter()
@@ -317,19 +359,38 @@ def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: boo
         log(f"[quality/peers] {name}: features built in {time.perf_counter() - t0:.0f}s")
 
     key = {"data": data_digest, "config": dataclasses.asdict(cfg), "v": CACHE_VERSION}
-    built(work / "features", key, build, fresh=fresh)
-    return work / "features", ""
+    features = work / ("features" if history == "blind" else f"features-{history}")
+    built(features, key, build, fresh=fresh)
+    return features, ""
+
+
+@dataclass
+class DatasetRun:
+    """One dataset under the protocol: its figures and sizes, and what the scaling
+    curves re-score (the test labels, users and every model's test predictions per seed)."""
+
+    figs: dict
+    sizes: dict
+    test_labels: np.ndarray | None = None
+    test_users: np.ndarray | None = None
+    predictions: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
 
 def bench_dataset(name: str, args, work: Path, cache: RunCache,
                   log: Callable[[str], None] = print) -> tuple[dict, dict]:
+    run = evaluate_dataset(name, args, work, cache, log)
+    return run.figs, run.sizes
+
+
+def evaluate_dataset(name: str, args, work: Path, cache: RunCache,
+                     log: Callable[[str], None] = print) -> DatasetRun:
     started = time.perf_counter()
     label = Path(name).name if Path(name).is_dir() else name
     features, skipped = prepare(name, work / label, max_seq_len=args.max_seq_len, shared=args.shared,
-                                fresh=args.fresh, log=log)
+                                fresh=args.fresh, log=log, history=getattr(args, "history", "blind"))
     if features is None:
         log(f"[quality/peers] {label}: skipped: {skipped}")
-        return {"skipped": skipped}, {}
+        return DatasetRun({"skipped": skipped}, {})
     store = ExampleStore.from_features(features)
     sizes: dict = {"examples_in_build": len(store)}
     if args.user_fraction < 1.0:
@@ -346,6 +407,11 @@ def bench_dataset(name: str, args, work: Path, cache: RunCache,
         tag += f"train-fraction={args.train_fraction:g}".encode()
         sizes["ablation"] = f"train rows: a random {args.train_fraction:g} of them (fixed rng)"
         sizes["train_examples_used"] = int(keep.sum())
+    if getattr(args, "train_newest", 1.0) < 1.0:  # the scaling curve: the newest share of the train window
+        rows["train"] = newest(rows["train"], store.time_us, args.train_newest)
+        tag += f"train-newest={args.train_newest:g}".encode()
+        sizes["train_window"] = f"the newest {args.train_newest:g} of the train rows (by example time)"
+        sizes["train_examples_used"] = len(rows["train"])
     store, unknown = store.known_only(rows["train"])
     if getattr(args, "no_history", False):
         tag += b"no-history"
@@ -411,7 +477,8 @@ def bench_dataset(name: str, args, work: Path, cache: RunCache,
     sizes["runs"] = {"total": len(done), "read_from_cache": sum(bool(r.get("cached")) for r in done),
                      # what the runs took when they ran (cached ones at their original time)
                      "model_seconds": float(sum(r["seconds"] for r in done))}
-    return figs, sizes
+    return DatasetRun(figs, sizes, labels[test_rows], users[test_rows],
+                      {m: [r["test_pred"] for r in res["seeds"]] for m, res in results.items()})
 
 
 def run(args, log: Callable[[str], None] = print) -> dict:
@@ -448,7 +515,8 @@ def protocol_description(args) -> dict:
                   f"explicit time cut points {args.cut}" if args.cut else
                   f"global time split at the {args.quantiles} quantiles of example time") +
                  " (train < cut0 <= validation < cut1 <= test)",
-        "history": "label-blind: items acted on strictly before the example, no earlier labels, no prior CTR",
+        "history": (HISTORY_TEXT["labels"] if getattr(args, "history", "blind") == "labels"
+                    else HISTORY_TEXT["blind"]),
         "taobao_labels": "label=action: click = cart/fav/buy within 3 days, known at the first such action",
         "ids": "ids no train row shows map to 0 (unknown) in every row",
         "task": "click only, for every model (GEM's conversion head weight 0)",
@@ -466,6 +534,7 @@ def protocol_description(args) -> dict:
         "max_seq_len": args.max_seq_len, "fuxictr_seq_len": args.fuxictr_seq_len, "threads": args.threads,
         "jobs": getattr(args, "jobs", 1), "no_history": bool(getattr(args, "no_history", False)),
         "train_fraction": getattr(args, "train_fraction", 1.0),
+        "train_newest": getattr(args, "train_newest", 1.0), "history_mode": getattr(args, "history", "blind"),
         "user_fraction": args.user_fraction, "models": list(args.models), "peers": list(PEERS),
         "references": list(REFERENCES),
     }

@@ -143,16 +143,46 @@ class ExampleStore:
         rows = np.repeat(np.arange(n), keep)
         cols = np.arange(int(keep.sum())) - np.repeat(np.concatenate([[0], np.cumsum(keep)[:-1]]), keep)
         seq_item = list(self.spec.sequence).index("seq_item_id")
-        history[rows, cols] = self.sequence[seq_item, ragged_arange(starts, keep)]
+        kept = ragged_arange(starts, keep)
+        history[rows, cols] = self.sequence[seq_item, kept]
+        action = None
+        if self.spec.history_labels:  # each event's label as known at the example: 1 + seq_action, 0 = padding
+            action = np.zeros((n, max_len), dtype=np.int64)
+            action[rows, cols] = self.sequence[list(self.spec.sequence).index("seq_action"), kept] + 1
         return baselines.Examples(
             sparse=self.sparse, sparse_names=list(self.spec.sparse), cardinality=dict(self.spec.sparse),
             history=history, history_len=keep, dense=self.dense.astype(np.float32),
-            dense_names=list(self.spec.dense), labels=self.labels.astype(np.float32), tasks=list(self.spec.tasks))
+            dense_names=list(self.spec.dense), labels=self.labels.astype(np.float32), tasks=list(self.spec.tasks),
+            history_action=action)
+
+    def label_facts(self) -> tuple[np.ndarray, list[str]]:
+        """float32 (N, 5) and their names: what a label-aware history says about its user,
+        for the simple baselines (the same facts GEM reads): the user's prior click rate over
+        the whole history, shrunk to 0.5 by 2 pseudo-events, and the number of history events
+        per label (no click, click, conversion) among the stored ones, log1p; plus the
+        click share among them. Zeros for a label-blind store."""
+        names = ["prior_click_rate", "log1p_history_no_click", "log1p_history_click",
+                 "log1p_history_conversion", "history_click_share"]
+        n = len(self)
+        if not self.spec.history_labels:
+            return np.zeros((n, len(names)), np.float32), names
+        dense = list(self.spec.dense)
+        impressions = np.expm1(self.dense[:, dense.index("log_user_prior_ad_impressions")].astype(np.float64))
+        # dense_features' smoothed rate is (clicks + 1) / (impressions + 50): its clicks back
+        clicks = self.dense[:, dense.index("user_prior_ad_ctr")] * (impressions + 50.0) - 1.0
+        rate = (np.clip(clicks, 0, None) + 1.0) / (impressions + 2.0)
+        action = self.sequence[list(self.spec.sequence).index("seq_action")]
+        row = np.repeat(np.arange(n), self.lengths)
+        counts = np.stack([np.bincount(row[action == a], minlength=n) for a in (0, 1, 2)], axis=1).astype(np.float64)
+        share = (counts[:, 1] + counts[:, 2] + 1.0) / (counts.sum(axis=1) + 2.0)
+        return np.column_stack([rate, np.log1p(counts), share]).astype(np.float32), names
 
 
 def take(ex: baselines.Examples, rows: np.ndarray) -> baselines.Examples:
     return dataclasses.replace(ex, sparse=ex.sparse[rows], history=ex.history[rows], history_len=ex.history_len[rows],
-                               dense=ex.dense[rows], labels=ex.labels[rows])
+                               dense=ex.dense[rows], labels=ex.labels[rows],
+                               history_action=None if ex.history_action is None else ex.history_action[rows],
+                               numeric=None if ex.numeric is None else ex.numeric[rows])
 
 
 def user_hash_fraction(raw_user: np.ndarray, fraction: float) -> np.ndarray:
