@@ -70,15 +70,27 @@ def snapshot(workspace: Path) -> dict:
 
 
 def reliability_tests(out: Path) -> dict:
+    """Every test of tests/reliability and every registered case (tests/reliability/cases.py,
+    some live beside the code they test). A failed case of a registered ``kind`` counts as
+    that kind: a silent wrong result or loss, or an unclear error."""
+    from tests.reliability.cases import CASES
+
     xml = out / "reliability-tests.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/reliability", f"--junitxml={xml}",
+    elsewhere = sorted({c.node for c in CASES if not c.node.startswith("tests/reliability/")})
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/reliability", *elsewhere, f"--junitxml={xml}",
                     "-p", "no:cacheprovider"], capture_output=True, text=True)
+    registered = {c.node: c for c in CASES}
     cases = []
     for case in ET.parse(xml).getroot().iter("testcase"):
         failed = case.find("failure") is not None or case.find("error") is not None
         skipped = case.find("skipped") is not None
-        cases.append({"case": f"{case.get('classname')}::{case.get('name')}",
-                      "outcome": "failed" if failed else "skipped" if skipped else "passed"})
+        node = f"{case.get('classname').replace('.', '/')}.py::{case.get('name')}"
+        known = registered.get(node)
+        outcome = "failed" if failed else "skipped" if skipped else "passed"
+        if failed and known is not None and known.kind:
+            outcome = known.kind
+        cases.append({"case": node, "outcome": outcome,
+                      **({"issue": known.issue, "defect": known.defect, "id": known.id} if known else {})})
     return {"cases": cases, "tried": len(cases), "passed": sum(c["outcome"] == "passed" for c in cases)}
 
 
@@ -117,12 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     cases = tests["cases"] + faults
     figures = {"cases_tried": len(cases), "cases_passed": sum(c["outcome"] == "passed" for c in cases),
                "silent_losses": sum(c["outcome"] == "silent loss" for c in cases),
+               "silent_wrong_results": sum(c["outcome"] == "silent wrong result" for c in cases),
+               "unclear_errors": sum(c["outcome"] == "unclear error" for c in cases),
                "fault_points": len(faults), "fault_points_passed": sum(c["outcome"] == "passed" for c in faults),
                "defect_tests": tests["tried"], "defect_tests_passed": tests["passed"], "cases": cases,
                "seconds": time.perf_counter() - started}
     path = write_result("reliability", figures, sizes={"pipeline": "tiny", "simulator_days": 4, "surfaces": SURFACES})
-    print_table(f"reliability ({path})", [(k, figures[k]) for k in ("cases_tried", "cases_passed", "silent_losses",
-                                                                      "fault_points_passed", "defect_tests_passed")])
+    print_table(f"reliability ({path})", [(k, figures[k]) for k in (
+        "cases_tried", "cases_passed", "silent_losses", "silent_wrong_results", "unclear_errors",
+        "fault_points_passed", "defect_tests_passed")])
     return 0 if figures["cases_passed"] == figures["cases_tried"] else 1
 
 

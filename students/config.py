@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gem.config import ranged
+
 SHARING_MODES = ("off", "frozen", "finetune")
 
 
@@ -117,11 +119,11 @@ class TransferConfig:
 
 @dataclass(kw_only=True)
 class OptimConfig:
-    lr: float = 3e-3
-    weight_decay: float = 0.0  # decoupled (AdamW): each step shrinks weights by lr * weight_decay
-    batch_size: int = 256
-    epochs: int = 3  # the most epochs; with a validation table and patience > 0, early stopping
-    patience: int = 0  # epochs without a better validation loss before stopping (0: no early stopping)
+    lr: float = ranged(3e-3, gt=0)
+    weight_decay: float = ranged(0.0, ge=0)  # decoupled (AdamW): each step shrinks weights by lr * weight_decay
+    batch_size: int = ranged(256, gt=0)
+    epochs: int = ranged(3, gt=0)  # the most epochs; with a validation table and patience > 0, early stopping
+    patience: int = ranged(0, ge=0)  # epochs without a better validation loss before stopping (0: no early stopping)
 
 
 @dataclass(kw_only=True)
@@ -156,7 +158,7 @@ class DistillConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     knowledge: KnowledgeReadConfig = field(default_factory=KnowledgeReadConfig)
     seed: int = 0
-    period_days: float = 1.0  # length of one "period" (the adapter's newest window unit)
+    period_days: float = ranged(1.0, gt=0)  # length of one "period" (the adapter's newest window unit)
     # >0: the last validation_days of the student window are held out of training (and of
     # the adapter's fit) for early stopping and model selection
     validation_days: float = 0.0

@@ -25,3 +25,63 @@ def test_unknown_key_and_bad_type_are_named():
         load_config(SimulatorConfig, overrides=["users=many"])
     with pytest.raises(ConfigError, match="unknown simulator preset 'huge'"):
         load_config(SimulatorConfig, section="simulator", preset="huge")
+
+
+def test_numbers_in_exponent_form_parse_as_floats_from_set_and_yaml(tmp_path):
+    """Issue 28 item 8: `--set optim.dense_lr=1e-4` was refused ("expected float,
+    got '1e-4'"): YAML 1.1 reads an exponent without a dot as a string."""
+    from gem.training.config import load_train_config
+
+    cfg, _ = load_train_config("tiny", ["optim.dense_lr=1e-4", "optim.embedding_eps=2E-10"])
+    assert cfg.optim.dense_lr == 1e-4 and cfg.optim.embedding_eps == 2e-10
+    path = tmp_path / "train.yaml"
+    path.write_text("optim:\n  dense_lr: 3e-5\n")
+    assert load_train_config("tiny", path=str(path))[0].optim.dense_lr == 3e-5
+    with pytest.raises(ConfigError, match="optim.dense_lr: expected float, got '1e-4x'"):
+        load_train_config("tiny", ["optim.dense_lr=1e-4x"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("optim.dense_lr=.nan", "optim.dense_lr: expected a finite number"),
+    ("optim.dense_lr=nan", "expected float, got 'nan'"),
+    ("optim.dense_lr=.inf", "expected a finite number"),
+    ("optim.dense_lr=0", r"optim.dense_lr=0.0: must be > 0"),
+    ("max_steps=-5", "max_steps=-5: must be >= 0"),
+    ("epochs=0", "epochs=0: must be > 0"),
+    ("batch_size=-1", "batch_size=-1: must be > 0"),
+    ("task_weights=[0, 0]", r"every task weighs 0"),
+    ("task_weights=[-1, 1]", r"task_weights=\[-1.0, 1.0\]: must be >= 0"),
+    ("optim.min_lr_ratio=2", "optim.min_lr_ratio=2.0: must be >= 0 and <= 1"),
+    ("optim.betas=[0.9, 1.5]", "optim.betas"),
+    ("optim.lr_decay=step", "optim.lr_decay='step' must be one of"),
+], ids=["nan-yaml", "nan-word", "inf", "zero-lr", "negative-steps", "zero-epochs", "negative-batch",
+        "zero-task-weights", "negative-task-weight", "lr-ratio-above-1", "beta-above-1", "unknown-decay"])
+def test_training_numbers_are_range_checked_before_any_work(override, message):
+    """Issue 28 item 6: max_steps=-5 wrote an untrained model, task_weights=[0,0]
+    trained on a zero loss, both with rc 0."""
+    from gem.training.config import TrainConfig, load_train_config
+
+    with pytest.raises(ConfigError, match=message):
+        load_train_config("tiny", [override])
+    if override.startswith("max_steps"):  # a config built in code is checked by validate() too
+        with pytest.raises(ConfigError, match="max_steps=-5"):
+            TrainConfig(max_steps=-5).validate()
+
+
+def test_simulator_and_student_settings_are_range_checked():
+    from gem.data.simulate import simulate
+    from students.config import DistillConfig
+
+    with pytest.raises(ConfigError, match=r"ad_fraction_of_items=1.5: must be >= 0 and <= 1"):
+        load_config(SimulatorConfig, overrides=["ad_fraction_of_items=1.5"])
+    with pytest.raises(ConfigError, match="users=0: must be >= 1"):
+        simulate(SimulatorConfig(users=0), "unused-folder")
+    with pytest.raises(ConfigError, match=r"optim.lr=-0.1: must be > 0"):
+        load_config(DistillConfig, overrides=["optim.lr=-0.1"])
+
+
+def test_malformed_yaml_names_the_file_and_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("users: 10\ndays: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: line \d+, column \d+: not valid YAML"):
+        load_config(SimulatorConfig, path=path)

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from gem.config import check_ranges, ranged
 from gem.data.contract import (
     EVENTS_SCHEMA,
     ITEMS_FILE,
@@ -58,36 +59,36 @@ SECONDS_PER_DAY = 86_400
 
 @dataclass(kw_only=True)
 class SimulatorConfig:
-    users: int = 2_000
-    items: int = 5_000
-    days: int = 7
+    users: int = ranged(2_000, ge=1)
+    items: int = ranged(5_000, ge=1)
+    days: int = ranged(7, ge=1)
     seed: int = 0
     start_date: str = "2026-01-01"
-    topics: int = 24
-    categories_per_topic: int = 4
-    advertisers: int = 300
-    ad_fraction_of_items: float = 0.4
+    topics: int = ranged(24, ge=1)
+    categories_per_topic: int = ranged(4, ge=1)
+    advertisers: int = ranged(300, ge=1)
+    ad_fraction_of_items: float = ranged(0.4, ge=0, le=1)
     # events per user per day ~ lognormal(mean log rate, sigma), clipped
     activity_log_mean: float = 1.1
-    activity_log_sigma: float = 1.2
-    activity_max_per_day: float = 400.0
-    ad_rate_by_surface: tuple[float, ...] = (0.25, 0.15, 0.2, 0.1)
+    activity_log_sigma: float = ranged(1.2, ge=0)
+    activity_max_per_day: float = ranged(400.0, gt=0)
+    ad_rate_by_surface: tuple[float, ...] = ranged((0.25, 0.15, 0.2, 0.1), ge=0, le=1)
     interest_scale: float = 1.6
-    exposure_by_interest: float = 0.6  # share of exposures targeted by the platform
-    interest_drift: float = 0.25  # per-day random-walk step of interest logits
-    trend_drift: float = 0.3  # per-day random-walk step of topic trends
+    exposure_by_interest: float = ranged(0.6, ge=0, le=1)  # share of exposures targeted by the platform
+    interest_drift: float = ranged(0.25, ge=0)  # per-day random-walk step of interest logits
+    trend_drift: float = ranged(0.3, ge=0)  # per-day random-walk step of topic trends
     surface_interest_scale: float = 0.9
     click_bias: float = -5.6
     click_match_weight: float = 1.4
     organic_click_bias: float = 1.2  # organic engagement is more common than ad clicks
     conversion_bias: float = -4.2
     conversion_match_weight: float = 0.8
-    conversion_delay_hours: float = 8.0
+    conversion_delay_hours: float = ranged(8.0, ge=0)
     # 0: a click is known at its event_time (click_time null); > 0: it becomes known an
     # exponential delay later (click_time), like a label attributed after the exposure
-    click_delay_hours: float = 0.0
-    users_per_chunk: int = 10_000
-    workers: int = 0  # processes; 0 = one per core
+    click_delay_hours: float = ranged(0.0, ge=0)
+    users_per_chunk: int = ranged(10_000, ge=1)
+    workers: int = ranged(0, ge=0)  # processes; 0 = one per core
 
 
 @dataclass
@@ -158,15 +159,15 @@ def _run_chunk(job: tuple) -> int:
 
 
 def _check(cfg: SimulatorConfig) -> None:
-    for name in ("users", "items", "days", "topics", "advertisers", "users_per_chunk"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"simulator {name} must be >= 1, got {getattr(cfg, name)}")
+    from gem.config import ConfigError
+
+    check_ranges(cfg)
     if len(cfg.ad_rate_by_surface) != len(SURFACES):
-        raise ValueError(
+        raise ConfigError(
             f"ad_rate_by_surface has {len(cfg.ad_rate_by_surface)} entries; one per surface {SURFACES}"
         )
     if cfg.items < 2 * cfg.topics:
-        raise ValueError(f"items ({cfg.items}) must be at least 2 x topics ({cfg.topics})")
+        raise ConfigError(f"items ({cfg.items}) must be at least 2 x topics ({cfg.topics})")
 
 
 def _num_chunks(cfg: SimulatorConfig) -> int:

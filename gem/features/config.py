@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gem.config import ConfigError
+
 # the orders the features loader reads shards in (here, not in the loader: configs check
 # them without importing torch)
 SHARD_ORDERS = ("random", "time")
@@ -34,18 +36,18 @@ class FeaturesConfig:
 
     def check(self) -> None:
         if not 1 <= self.max_seq_len <= 65_536:
-            raise ValueError(f"features.max_seq_len must be in [1, 65536], got {self.max_seq_len}")
+            raise ConfigError(f"features.max_seq_len must be in [1, 65536], got {self.max_seq_len}")
         if not 1 <= self.num_buckets <= 4096:
-            raise ValueError(f"features.num_buckets must be in [1, 4096], got {self.num_buckets}")
+            raise ConfigError(f"features.num_buckets must be in [1, 4096], got {self.num_buckets}")
         if not 0 <= self.days_per_shard <= 366:
-            raise ValueError(f"features.days_per_shard must be 0 (auto) or in [1, 366], got {self.days_per_shard}")
+            raise ConfigError(f"features.days_per_shard must be 0 (auto) or in [1, 366], got {self.days_per_shard}")
         if self.shard_events < 1:
-            raise ValueError(f"features.shard_events must be >= 1, got {self.shard_events}")
+            raise ConfigError(f"features.shard_events must be >= 1, got {self.shard_events}")
         if self.min_count < 1:
-            raise ValueError(f"features.min_count must be >= 1, got {self.min_count}")
+            raise ConfigError(f"features.min_count must be >= 1, got {self.min_count}")
         if self.recent_k < 1:
-            raise ValueError(f"features.recent_k must be >= 1, got {self.recent_k}")
+            raise ConfigError(f"features.recent_k must be >= 1, got {self.recent_k}")
         if self.on_invalid not in ("refuse", "quarantine"):
-            raise ValueError(f"features.on_invalid must be 'refuse' or 'quarantine', got {self.on_invalid!r}")
+            raise ConfigError(f"features.on_invalid must be 'refuse' or 'quarantine', got {self.on_invalid!r}")
         if self.workers < 0:
-            raise ValueError(f"features.workers must be >= 0, got {self.workers}")
+            raise ConfigError(f"features.workers must be >= 0, got {self.workers}")

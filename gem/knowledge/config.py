@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gem.config import ConfigError
+
 
 @dataclass(kw_only=True)
 class KnowledgeConfig:
@@ -18,9 +20,9 @@ class KnowledgeConfig:
 
     def validate(self) -> "KnowledgeConfig":
         if self.batch_size < 1:
-            raise ValueError(f"knowledge.batch_size={self.batch_size} must be >= 1")
+            raise ConfigError(f"knowledge.batch_size={self.batch_size} must be >= 1")
         if self.lead_days < 0:
-            raise ValueError(f"knowledge.lead_days={self.lead_days} must be >= 0")
+            raise ConfigError(f"knowledge.lead_days={self.lead_days} must be >= 0")
         if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"knowledge.precision={self.precision!r} must be fp32 or bf16")
+            raise ConfigError(f"knowledge.precision={self.precision!r} must be fp32 or bf16")
         return self

@@ -52,21 +52,21 @@ class _QuietFbgemm(logging.Filter):
 
 
 def run(args: argparse.Namespace) -> int:
+    from gem.training.config import load_train_config
+
+    cfg, model_cfg = load_train_config(args.preset, args.overrides, args.config)  # refused before any work
+    if args.cut and args.split_file:
+        raise UsageError("give --cut or --split-file, not both")
+    if args.eval_part and not (args.cut or args.split_file):
+        raise UsageError("--eval-part needs --cut or --split-file")
     from gem.training.tracking import prestart_worker
 
     prestart_worker()  # MLflow's imports in a worker process while this one imports torch
-    from gem.training.config import load_train_config
-
     for handler in logging.getLogger().handlers:
         handler.addFilter(_QuietFbgemm())
     from gem.protocol import Split
 
-    cfg, model_cfg = load_train_config(args.preset, args.overrides, args.config)
-    if args.cut and args.split_file:
-        raise UsageError("give --cut or --split-file, not both")
     split = Split.from_options(args.cut, args.split_file)
-    if args.eval_part and split is None:
-        raise UsageError("--eval-part needs --cut or --split-file")
     if cfg.engine == "lightning":
         from gem.training.lightning_module import train_lightning
 

@@ -22,7 +22,7 @@ from gem.training.config import TrainConfig
 from gem.training.distributed import attach_embedding_optimizer
 from gem.training.metrics import SurfaceTaskMetrics
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile
-from gem.training.step import build_dense_optimizer, eval_step, train_step
+from gem.training.step import build_dense_optimizer, diverged, eval_step, train_step
 
 
 class GEMLightningModule(pl.LightningModule):
@@ -46,6 +46,8 @@ class GEMLightningModule(pl.LightningModule):
         result = train_step(self.model, batch, self.optimizers(), precision=self.cfg.precision,
                             task_weights=tuple(self.cfg.task_weights), grad_clip=self.cfg.optim.grad_clip,
                             scheduler=self._scheduler, backward=self.manual_backward)
+        if not bool(torch.isfinite(result.loss)):  # stop at the first non-finite loss, naming the step
+            raise diverged(self.global_step, self.cfg, float(result.loss))
         self.log_dict({"train/loss": result.loss, "train/loss_click": result.per_task[0],
                        "train/loss_conversion": result.per_task[1]}, batch_size=batch.batch_size)
         return result.loss
@@ -78,13 +80,15 @@ def train_lightning(features: str, out: str | Path, cfg: TrainConfig, model_cfg:
                     eval_features: str | None = None, split=None, eval_part: str = ""):
     from lightning.pytorch.loggers import MLFlowLogger
 
-    from gem.training.trainer import RunResult, make_loader, seed_everything, split_parts
+    from gem.training.trainer import RunResult, check_trainable, make_loader, seed_everything, split_parts
 
+    cfg.validate()
     seed_everything(cfg.seed)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     eval_features, eval_part = split_parts(split, features, eval_features, eval_part)
     loader = make_loader(features, cfg, train=True, split=split, part="train")
+    check_trainable(cfg, loader, features)
     model = build_model(model_cfg, loader.spec)
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)
@@ -106,8 +110,12 @@ def train_lightning(features: str, out: str | Path, cfg: TrainConfig, model_cfg:
     batches = torch.utils.data.DataLoader(_Iterable(loader), batch_size=None)
     val = None
     if eval_features:
-        val = torch.utils.data.DataLoader(_Iterable(make_loader(eval_features, cfg, train=False, split=split,
-                                                                part=eval_part)), batch_size=None)
+        from gem.features.vocab import check_vocabularies
+
+        eval_loader = make_loader(eval_features, cfg, train=False, split=split, part=eval_part)
+        check_vocabularies(loader.spec.vocab_digests, eval_loader.spec.vocab_digests,
+                           model=f"the model trained on {features}", window=str(eval_features))
+        val = torch.utils.data.DataLoader(_Iterable(eval_loader), batch_size=None)
     trainer.fit(module, batches, val)
     if val is not None and not hasattr(module, "last_eval"):  # max_steps stopped before an epoch end
         trainer.validate(module, val, verbose=False)

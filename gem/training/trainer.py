@@ -113,8 +113,9 @@ def check_trainable(cfg: TrainConfig, loader, features: str) -> None:
         n = getattr(loader, "num_examples", 0)
         raise ConfigError(f"{features}: {n:,} training example(s), not one full batch of batch_size={cfg.batch_size} "
                           "(training drops a last partial batch), so no step would run; lower batch_size")
-    tasks = list(loader.spec.tasks)
-    if not any(w > 0 for w in cfg.task_weights[: len(tasks)]):
+    # the tasks whose labels the data holds (a window without conversions has all-0 labels there)
+    tasks = getattr(loader, "manifest", {}).get("dataset", {}).get("data_tasks") or list(loader.spec.tasks)
+    if not any(w > 0 for w, task in zip(cfg.task_weights, loader.spec.tasks) if task in tasks):
         raise ConfigError(f"task_weights={list(cfg.task_weights)}: the tasks of {features} ({', '.join(tasks)}) all "
                           "weigh 0, so the loss is 0 and nothing is learned")
 

@@ -150,3 +150,53 @@ def test_cli_exit_codes(tiny_dataset, tmp_path, capsys):
     (day_dir(root, _first_day(root)) / "junk.parquet").write_bytes(b"\x00junk")
     assert cli_main(["data", "validate", str(root)]) == 2
     assert "junk.parquet" in capsys.readouterr().err
+
+
+def test_extra_columns_are_carried_through_validate_out_and_reported(tiny_dataset, tmp_path):
+    """Issue 28 item 7: `validate --out` dropped `occupation` (users) and `price` (events)
+    without a word, while docs/data-contract.md says extra columns are carried along."""
+    root = _copy(tiny_dataset, tmp_path)
+    users = pq.read_table(root / "users.parquet")
+    pq.write_table(users.append_column("occupation", pa.array([f"job{i % 3}" for i in range(users.num_rows)])),
+                   root / "users.parquet")
+    first = sorted((root / "events").glob("day=*/*.parquet"))[0]
+    events = pq.read_table(first)
+    price = pa.array([float(i) for i in range(events.num_rows)])
+    pq.write_table(events.append_column("price", price).append_column("__index_level_0__", price), first)
+    bad = _good_row(root, 10**15) | {"surface": "billboard"}  # quarantined: its price must not be carried
+    _add_rows(root, [bad], EVENTS_SCHEMA.append(pa.field("price", pa.float64())), name="part-extra")
+    report = validate_dataset(root, out=tmp_path / "clean")
+    assert report.extra_columns == {"users": ["occupation"], "events": ["price"]}
+    assert report.dropped_columns == {"events": ["__index_level_0__"]}
+    assert "extra columns carried: users: occupation; events: price" in report.summary()
+    clean_users = pq.read_table(tmp_path / "clean" / "users.parquet")
+    assert clean_users.column("occupation").to_pylist() == [f"job{i % 3}" for i in range(users.num_rows)]
+    clean_first = pq.read_table(tmp_path / "clean" / first.relative_to(root))
+    assert clean_first.column("price").to_pylist() == price.to_pylist()
+    assert "__index_level_0__" not in clean_first.column_names
+    extra = pq.read_table(tmp_path / "clean" / (day_dir(root, _first_day(root)) / "part-extra.parquet")
+                          .relative_to(root))
+    assert extra.num_rows == 0 and "price" in extra.column_names
+    assert json.loads(Path(report.report_path).read_text())["extra_columns"]["events"] == ["price"]
+    # the clean copy, with its extra columns, builds features like any contract dataset
+    from gem.features.build import build_features
+    from tests.features.conftest import tiny_cfg
+
+    manifest = build_features(tmp_path / "clean", tmp_path / "features", tiny_cfg(num_buckets=1, workers=1))
+    assert manifest["counts"]["examples"] > 0
+
+
+@pytest.mark.parametrize("surface", ["video/reels", "../../x", "feed.v2", " feed"])
+def test_a_surface_that_is_not_a_safe_name_is_refused_before_any_work(tiny_dataset, tmp_path, surface, capsys):
+    """Issue 28 item 4: `video/reels` and `../../x` passed validate; the run died minutes
+    later on MLflow's name check after writing students/.video/reels.pending.json."""
+    root = _copy(tiny_dataset, tmp_path)
+    manifest = Manifest.read(root)
+    manifest.surfaces = [*manifest.surfaces, surface]
+    manifest.write(root)
+    assert cli_main(["data", "validate", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "not safe names" in err and not (root / "_validation").exists()
+    workspace = tmp_path / "ws"
+    assert cli_main(["pipeline", "run", "--data", str(root), "--workspace", str(workspace), "--preset", "tiny"]) == 2
+    assert "not safe names" in capsys.readouterr().err and not workspace.exists()

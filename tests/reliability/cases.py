@@ -1,6 +1,8 @@
-"""Registry of the reliability cases of issue 16 ("Nothing silently wrong") that the
-library fixes, one per (case, defect, test), for benchmarks to turn into
-benchmarks/results/reliability.json (run each node id with pytest; passed = fixed).
+"""Registry of the reliability cases of issue 16 ("Nothing silently wrong") and issue 28
+("Nothing moves unless the whole run succeeds...") that the library fixes, one per
+(case, defect, test), for benchmarks to turn into benchmarks/results/reliability.json
+(run each node id with pytest; passed = fixed). ``kind`` says what the defect was
+without the fix: a silent wrong result, a silent loss, or a refusal that was unclear.
 
     from tests.reliability.cases import CASES
     for case in CASES: print(case.id, case.defect, case.node)
@@ -14,9 +16,14 @@ from dataclasses import asdict, dataclass
 @dataclass(frozen=True)
 class Case:
     id: str  # stable name of the case
-    defect: int  # the defect's number in issue 16
+    defect: int  # the defect's number in its issue
     summary: str  # what goes wrong without the fix
     node: str  # pytest node id, relative to the repository root
+    issue: int = 16
+    kind: str = ""  # SILENT_WRONG, SILENT_LOSS, UNCLEAR or "" (another failure)
+
+
+SILENT_WRONG, SILENT_LOSS, UNCLEAR = "silent wrong result", "silent loss", "unclear error"
 
 
 _R = "tests/reliability"
@@ -75,6 +82,70 @@ CASES: tuple[Case, ...] = (
          f"{_R}/test_rel_sql_paths.py::test_paths_with_quotes_build_the_same_features"),
     Case("tracking-unreachable", 9, "gem train waited 266 s on an unreachable tracking URI",
          f"{_R}/test_rel_tracking.py::test_train_on_an_unreachable_tracking_server_fails_fast_and_redacted"),
+    # issue 28, items 2-9 (item 1, promotion as one transaction, is in the fault suite)
+    Case("score-smaller-vocabulary", 2, "score on another dataset's smaller vocabularies: rc 0, wrong embeddings",
+         f"{_R}/test_rel_vocabularies.py::test_score_refuses_another_datasets_window_naming_both_digests"
+         "[smaller_features]", 28, SILENT_WRONG),
+    Case("score-larger-vocabulary", 2, "score on larger vocabularies: RuntimeError Expected i < index_size",
+         f"{_R}/test_rel_vocabularies.py::test_score_refuses_another_datasets_window_naming_both_digests"
+         "[larger_features]", 28, UNCLEAR),
+    Case("score-model-vocabulary", 2, "a window built with the model's vocabularies must still score",
+         f"{_R}/test_rel_vocabularies.py::test_a_window_built_with_the_models_vocabularies_scores", 28),
+    Case("knowledge-vocabulary", 2, "knowledge generated with another window's vocabularies",
+         f"{_R}/test_rel_vocabularies.py::test_knowledge_generation_refuses_another_vocabulary", 28, SILENT_WRONG),
+    Case("init-from-vocabulary", 2, "continued pretraining from a champion of other vocabularies",
+         f"{_R}/test_rel_vocabularies.py::test_continued_pretraining_refuses_another_vocabulary", 28, SILENT_WRONG),
+    Case("gate-shared-store", 2, "the teacher gate scored dataset A's champion on dataset B's holdout",
+         f"{_R}/test_rel_vocabularies.py::test_the_gate_refuses_a_champion_of_another_dataset_in_the_same_store",
+         28, SILENT_WRONG),
+    Case("unrecorded-vocabulary", 2, "a model saved before vocabulary digests was used unchecked",
+         f"{_R}/test_rel_vocabularies.py::test_a_model_without_recorded_vocabularies_is_refused_unless_allowed",
+         28, SILENT_WRONG),
+    Case("refresh-late-events", 3, "late events added to an earlier day: 'no new days', rc 0",
+         f"{_R}/test_rel_late_data.py::test_late_or_corrected_days_are_reported_and_refused_by_default"
+         "[late-events]", 28, SILENT_LOSS),
+    Case("refresh-labels-flipped", 3, "a day rewritten with its labels flipped: 'no new days', rc 0",
+         f"{_R}/test_rel_late_data.py::test_late_or_corrected_days_are_reported_and_refused_by_default"
+         "[labels-flipped]", 28, SILENT_LOSS),
+    Case("refresh-older-day", 3, "a day older than the first: 'no new days', rc 0",
+         f"{_R}/test_rel_late_data.py::test_late_or_corrected_days_are_reported_and_refused_by_default"
+         "[older-day]", 28, SILENT_LOSS),
+    Case("refresh-backfill", 3, "no way to process late data",
+         f"{_R}/test_rel_late_data.py::test_backfill_reruns_the_last_cycle_with_the_corrected_days_then_goes_quiet",
+         28, SILENT_LOSS),
+    Case("refresh-late-cli", 3, "late data refused without a clear one-line message and exit code",
+         f"{_R}/test_rel_late_data.py::test_cli_refuses_late_data_in_one_line_with_exit_2", 28, UNCLEAR),
+    Case("surface-slash", 4, "surface video/reels passed validate; the run died minutes later on MLflow's check",
+         "tests/data/test_validate.py::test_a_surface_that_is_not_a_safe_name_is_refused_before_any_work"
+         "[video/reels]", 28, UNCLEAR),
+    Case("surface-dotdot", 4, "surface ../../x passed validate and became a path",
+         "tests/data/test_validate.py::test_a_surface_that_is_not_a_safe_name_is_refused_before_any_work"
+         "[../../x]", 28, UNCLEAR),
+    Case("quarantine-fraction-nan", 5, "--max-quarantine-fraction=nan passed 43% quarantined rows, rc 0",
+         "tests/test_cli.py::test_bad_option_values_are_usage_errors_naming_the_option[nan-fraction]",
+         28, SILENT_WRONG),
+    Case("quarantine-fraction-range", 5, "--max-quarantine-fraction 2 passed; -1 printed 'allowed -100%'",
+         "tests/test_cli.py::test_bad_option_values_are_usage_errors_naming_the_option[fraction-above-1]",
+         28, SILENT_WRONG),
+    Case("training-diverges", 6, "dense_lr=1e9 logged loss nan and went on to an IndexError in metrics.py",
+         f"{_R}/test_rel_training_numbers.py::test_a_diverging_run_stops_at_its_first_non_finite_loss_and_exports"
+         "_nothing[native]", 28, UNCLEAR),
+    Case("training-negative-steps", 6, "max_steps=-5 wrote an untrained model with rc 0",
+         "tests/test_config.py::test_training_numbers_are_range_checked_before_any_work[negative-steps]",
+         28, SILENT_WRONG),
+    Case("training-zero-weights", 6, "task_weights=[0,0] trained on a zero loss with rc 0",
+         "tests/test_config.py::test_training_numbers_are_range_checked_before_any_work[zero-task-weights]",
+         28, SILENT_WRONG),
+    Case("training-no-full-batch", 6, "a window without one full batch exported an untrained model",
+         f"{_R}/test_rel_training_numbers.py::test_a_window_without_one_full_batch_is_refused_before_training",
+         28, SILENT_WRONG),
+    Case("validate-extra-columns", 7, "validate --out dropped occupation and price without a word",
+         "tests/data/test_validate.py::test_extra_columns_are_carried_through_validate_out_and_reported",
+         28, SILENT_LOSS),
+    Case("config-exponent-float", 8, "--set optim.dense_lr=1e-4 refused: expected float, got '1e-4'",
+         "tests/test_config.py::test_numbers_in_exponent_form_parse_as_floats_from_set_and_yaml", 28, UNCLEAR),
+    Case("user-error-lines", 9, "a refused configuration printed a 15-58 line traceback",
+         "tests/test_cli.py::test_a_user_error_is_one_or_two_lines_and_exit_2", 28, UNCLEAR),
 )
 
 
