@@ -64,10 +64,10 @@ class Unit:
         return 0.16 * float(self.point[:-1])
 
 
-def units(parts: list[str], dataset: str, sim_dirs: dict[int, Path]) -> list[Unit]:
+def units(parts: list[str], dataset: str, sim_dirs: dict[int, Path], fractions=FRACTIONS) -> list[Unit]:
     out = []
     if "data" in parts:
-        out += [Unit("data", f"{f:g}", dataset, ["--train-newest", f"{f:g}"]) for f in FRACTIONS]
+        out += [Unit("data", f"{f:g}", dataset, ["--train-newest", f"{f:g}"]) for f in fractions]
     if "size" in parts:  # tiny on the whole window is the data curve's last point
         out += [Unit("size", s, dataset, ["--models", "gem", *SIZES[s]])
                 for s in SIZES if s != "tiny" or "data" not in parts]
@@ -290,6 +290,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sim-users", type=int, default=None,
                         help="the simulator's 1x users (default: SimulatorConfig's, 2,000)")
     parser.add_argument("--sim-scales", default=",".join(map(str, SIM_SCALES)))
+    parser.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS),
+                        help="the data curve's newest shares of the train window")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--results-dir", default=None)
@@ -305,7 +307,7 @@ def main(argv: list[str] | None = None) -> dict:
     base_users = args.sim_users or SimulatorConfig().users
     sims = {int(k): simulated(work, int(k), base_users) for k in args.sim_scales.split(",")} \
         if "simulator" in parts else {}
-    todo = units(parts, args.dataset, sims)
+    todo = units(parts, args.dataset, sims, [float(f) for f in args.fractions.split(",")])
     for dataset in dict.fromkeys(u.dataset for u in todo):
         prepare(next(u for u in todo if u.dataset == dataset), base)
     started = time.perf_counter()

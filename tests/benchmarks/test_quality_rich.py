@@ -1,0 +1,179 @@
+"""The peers' protocol with label-aware histories, the sequence-native peers and the
+scaling curves (benchmarks/quality: store, baselines, sequence_peers, scaling), on a
+tiny simulated dataset."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.quality import baselines
+
+
+@pytest.fixture(scope="module")
+def rich(tmp_path_factory):
+    from benchmarks.quality import peers
+    from gem.data.simulate import SimulatorConfig, simulate
+
+    root = tmp_path_factory.mktemp("rich")
+    simulate(SimulatorConfig(users=600, items=200, days=4, seed=1, workers=1), root / "sim", progress=False)
+    features, skipped = peers.prepare(str(root / "sim"), root / "work" / "sim", max_seq_len=16, shared=root,
+                                      history="labels")
+    assert skipped == "" and features.name == "features-labels"
+    store = peers.ExampleStore.from_features(features)
+    parts, _ = peers.split_parts(store, quantiles=(0.8, 0.9))
+    rows = {p: np.flatnonzero(parts == p) for p in ("train", "validation", "test")}
+    return root, store, rows
+
+
+def test_every_model_reads_the_labels_of_the_history(rich):
+    _, store, _ = rich
+    assert store.spec.history_labels
+    ex = store.examples(16)
+    action = store.sequence[list(store.spec.sequence).index("seq_action")]
+    assert action.max() >= 1  # the history shows earlier clicks
+    row = int(np.flatnonzero(store.lengths > 3)[0])  # the most recent events, as the item history
+    lo, hi = store.offsets[row], store.offsets[row + 1]
+    keep = min(16, hi - lo)
+    assert (ex.history_action[row, :keep] == action[hi - keep:hi] + 1).all()
+    assert (ex.history_action[row, keep:] == 0).all() and (ex.history_action > 0).sum() == ex.history_len.sum()
+    facts, names = store.label_facts()
+    assert facts.shape == (len(store), len(names)) and np.isfinite(facts).all()
+    clicks = np.array([(action[a:b] > 0).sum() for a, b in zip(store.offsets[:-1], store.offsets[1:])])
+    assert np.allclose(np.expm1(facts[:, 2]) + np.expm1(facts[:, 3]), clicks, atol=1e-3)
+    assert ((0 < facts[:, 0]) & (facts[:, 0] < 1)).all()  # the prior click rate
+
+
+def test_fuxictr_models_take_the_label_as_a_side_feature_of_each_item(rich, tmp_path):
+    _, store, _ = rich
+    ex = store.examples(16)
+    fmap = baselines.fuxictr_feature_map(ex, tmp_path, max_len=16)
+    assert baselines.ACTION in fmap.features
+    (tmp_path / fmap.dataset_id).mkdir()
+    model = baselines.make_din(fmap, tmp_path, seed=0)
+    with torch.no_grad():  # a random init would map every action to ~0: make the label tables count
+        for name, p in model.named_parameters():
+            if "seq_action" in name:
+                p.normal_(0, 1.0)
+    model.eval()
+    rows = np.flatnonzero(ex.history_len > 2)[:64]
+    batch = next(baselines.fuxictr_batches(ex, 64, shuffle=False, order=rows))
+    flipped = dict(batch)
+    flipped[baselines.ACTION] = torch.where(batch[baselines.ACTION] > 0, 4 - batch[baselines.ACTION],
+                                            batch[baselines.ACTION])  # no click <-> conversion
+    with torch.no_grad():
+        assert not torch.allclose(model(batch)["y_pred"], model(flipped)["y_pred"])
+
+
+def test_lr_ids_reads_the_same_facts_as_numeric_columns():
+    rng = np.random.default_rng(0)
+    n = 600
+    signal = rng.normal(size=n)
+    labels = (signal > 0).astype(np.float32)[:, None]
+    ex = baselines.Examples(sparse=np.zeros((n, 2), np.int64), sparse_names=["user_id", "item_id"],
+                            cardinality={"user_id": 1, "item_id": 1}, history=np.zeros((n, 1), np.int64),
+                            history_len=np.zeros(n, np.int64), dense=np.zeros((n, 0), np.float32), dense_names=[],
+                            labels=labels, tasks=["click"], numeric=signal[:, None])
+    from benchmarks.quality.store import take
+
+    train, test = take(ex, np.arange(400)), take(ex, np.arange(400, n))
+    assert baselines.auc(test.labels[:, 0], baselines.lr_ids(train, test)) > 0.99
+
+
+@pytest.mark.slow(minutes=0.5)
+def test_sequence_peers_append_the_target_and_learn(rich):
+    from benchmarks.quality.runs import GridPoint, RunSettings
+    from benchmarks.quality.sequence_peers import SequenceBatch, SequenceRun
+
+    _, store, rows = rich
+    some = rows["train"][:50]
+    batch = SequenceBatch(store, some)
+    lengths = store.lengths[some] + 1
+    assert (torch.diff(batch.offsets).numpy() == lengths).all()
+    item_col = list(store.spec.sparse).index("item_id")
+    assert (batch.item[batch.target_at] == batch.sparse[:, item_col]).all()
+    assert (batch.label[batch.target_at] == 0).all() and (batch.age[batch.target_at] == 0).all()
+    history = torch.ones(len(batch.item), dtype=torch.bool)
+    history[batch.target_at] = False
+    assert (batch.label[history] >= 1).all() and (batch.age[history] >= 1).all()
+    labels = store.labels[:, 0]
+    for kind in ("bst", "hstu"):
+        train, val = rows["train"][-400:], rows["validation"][:200]
+        run = SequenceRun(kind, store, GridPoint(lr_scale=10.0), 0, RunSettings(max_epochs=3, batch_size=32), 13)
+        before = run.predict(val, 256)
+        loss = [run.train_epoch(train, 32) for _ in range(3)][-1]
+        after = run.predict(val, 256)
+        assert np.isfinite(loss) and ((after > 0) & (after < 1)).all() and not np.allclose(before, after)
+        rate = labels[train].mean()  # it learns: its mean prediction moves to the click rate
+        assert abs(after.mean() - rate) < 0.5 * abs(before.mean() - rate), kind
+        # the history is read: the same examples without their histories score otherwise
+        with_history = val[store.lengths[val] > 0][:32]
+        run.store = store.without_history()
+        assert np.abs(run.predict(with_history, 32) - after[np.isin(val, with_history)]).max() > 1e-4
+
+
+def test_newest_keeps_the_latest_share_of_the_train_window():
+    from benchmarks.quality.peers import newest
+
+    time_us = np.array([5, 1, 9, 3, 7, 7])
+    train = np.array([0, 1, 2, 3, 4, 5])
+    assert newest(train, time_us, 0.5).tolist() == [2, 4, 5]
+    assert newest(train, time_us, 1.0).tolist() == train.tolist()
+    with pytest.raises(ValueError):
+        newest(train, time_us, 0.0)
+
+
+def _result(point: str, rows: int, preds: dict, labels, users) -> dict:
+    return {"unit": {"part": "data", "point": point}, "labels": labels, "users": users,
+            "sizes": {"train_examples_used": rows}, "predictions": preds,
+            "figs": {m: {"selected": {"point": {"lr_scale": 1.0}}} for m in preds}}
+
+
+def test_scaling_curve_measures_slopes_and_the_gap_to_the_simple_baselines():
+    from benchmarks.quality.scaling import curve, slope
+
+    assert np.allclose(slope(np.array([0.0, 1.0, 2.0]), np.array([[1.0, 2.0, 3.0], [3.0, 3.0, 3.0]])), [1.0, 0.0])
+    rng = np.random.default_rng(0)
+    n = 4000
+    labels = (rng.random(n) < 0.5).astype(float)
+    users = rng.integers(0, 300, n)
+    noise = rng.normal(size=n)
+    results = []
+    for i, rows in enumerate((1000, 2000, 4000, 8000)):
+        strength = 0.3 * (i + 1)  # "gem" sharpens with every doubling, "dlrm_baseline" half as fast
+        preds = {"gem": [labels * strength + noise], "dlrm_baseline": [labels * (0.3 + 0.15 * i) + noise],
+                 "lr_ids": [labels * 0.6 + noise]}
+        results.append(_result(f"{rows / 8000:g}", rows, preds, labels, users))
+    out = curve(results, replicates=200)
+    gem, dlrm = out["models"]["gem"], out["models"]["dlrm_baseline"]
+    assert out["train_rows"] == [1000, 2000, 4000, 8000]
+    assert gem["slope_per_doubling"] > dlrm["slope_per_doubling"] > 0 and gem["slope_ci95"][0] > 0
+    assert abs(out["models"]["lr_ids"]["slope_per_doubling"]) < 1e-9
+    ratio = out["gem_slope_over_dlrm"]
+    assert ratio["defined"] and 1.5 < ratio["mean"] < 3.0 and ratio["lo"] <= ratio["mean"] <= ratio["hi"]
+    gaps = out["gem_minus_best_simple"]
+    assert gaps[0]["mean"] < 0 < gaps[-1]["mean"] and out["gem_minus_best_simple_grows"]
+    assert all(g["best_simple"] == "lr_ids" for g in gaps)
+
+
+@pytest.mark.slow(minutes=0.5)
+def test_scaling_run_writes_the_curve_the_rich_protocol_and_a_plot(rich, tmp_path):
+    from benchmarks.quality import scaling
+
+    root, _, _ = rich
+    out = scaling.main(["--parts", "data", "--fractions", "0.5,1", "--dataset", str(root / "sim"), "--jobs", "1",
+                        "--work-dir", str(root / "work"), "--results-dir", str(tmp_path), "--plot",
+                        str(tmp_path / "scaling.png"), "--replicates", "50", "--models", "gem,dlrm_baseline,lr_ids",
+                        "--seeds", "1", "--max-epochs", "1", "--grid-lr-scale", "1", "--max-seq-len", "16",
+                        "--batch-size", "128"])
+    saved = json.loads((tmp_path / "quality.json").read_text())
+    assert saved["scaling"]["data"]["train_rows"] == out["data"]["train_rows"]
+    assert out["data"]["train_rows"][0] < out["data"]["train_rows"][1]
+    assert set(out["data"]["models"]) == {"gem", "dlrm_baseline", "lr_ids"}
+    rich_figs = saved["peers_protocol_rich"]["datasets"]["sim"]
+    assert rich_figs["gem"]["auc"] == pytest.approx(out["data"]["models"]["gem"]["auc"][-1])
+    assert "label-aware" in saved["peers_protocol_rich"]["protocol"]["history"]
+    assert (tmp_path / "scaling.png").stat().st_size > 10_000
