@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 import urllib.error
@@ -150,8 +151,24 @@ def configure(root: str | Path = "runs", *, experiment: str = DEFAULT_EXPERIMENT
                 artifact_location = (Path(uri[len("sqlite:///"):]).parent / "mlartifacts" / experiment).as_uri()
             mlflow.create_experiment(experiment, artifact_location=artifact_location,
                                      tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+            if uri.startswith("sqlite:///"):
+                _retire_default_experiment()
     mlflow.set_experiment(experiment)
     return uri
+
+
+def _retire_default_experiment() -> None:
+    """MLflow gives a new store a ``Default`` experiment whose artifacts would go under
+    the current directory; nothing of gem logs there, so it is deleted (hidden in the UI)
+    when the store's first gem experiment is created."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    with contextlib.suppress(Exception):
+        default = client.get_experiment("0")
+        if default.name == "Default" and default.lifecycle_stage == "active" and not client.search_runs(["0"],
+                                                                                                       max_results=1):
+            client.delete_experiment("0")
 
 
 @contextlib.contextmanager
@@ -201,14 +218,46 @@ def wait_for_server(uri: str, *, policy: RetryPolicy = RETRY) -> None:
         ) from None
 
 
+@functools.lru_cache(maxsize=1)
+def source_tags() -> dict[str, str]:
+    """Who ran it and which code: MLflow's user and git commit tags (its own detection
+    looks at the entry point's file, which under kfp is kfp's executor, and runs made
+    with MlflowClient.create_run get neither). The commit comes from ``$GEM_GIT_COMMIT``
+    (an image build) or the project's git checkout; ``gem.git_dirty`` says whether
+    tracked files differed from it."""
+    import getpass
+    import subprocess
+
+    tags = {"mlflow.source.type": "JOB", "mlflow.source.name": "gem (python -m gem)"}
+    with contextlib.suppress(Exception):
+        tags["mlflow.user"] = os.environ.get("GEM_USER") or getpass.getuser()
+    commit = os.environ.get("GEM_GIT_COMMIT", "")
+    root = Path(__file__).resolve().parents[1]
+    if not commit and (root / ".git").exists():
+        def git(*args: str) -> str:
+            try:
+                done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+            except (OSError, subprocess.SubprocessError):
+                return ""
+            return done.stdout.strip() if done.returncode == 0 else ""
+
+        commit = git("rev-parse", "HEAD")
+        if commit:
+            tags["gem.git_dirty"] = str(bool(git("status", "--porcelain", "--untracked-files=no"))).lower()
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    return tags
+
+
 @contextlib.contextmanager
 def stage_run(stage: str, *, tags: dict[str, str] | None = None, parent_run_id: str | None = None,
               run_name: str | None = None) -> Iterator["object"]:
     """A run for one pipeline stage, nested under the pipeline's parent run when given
-    (the parent may live in another process, as with kfp components)."""
+    (the parent may live in another process, as with kfp components), with the source
+    tags (user, git commit)."""
     import mlflow
 
-    all_tags = {TAG_STAGE: stage, **(tags or {})}
+    all_tags = {**source_tags(), TAG_STAGE: stage, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     with mlflow.start_run(run_name=run_name or stage, tags=all_tags, nested=mlflow.active_run() is not None) as run:

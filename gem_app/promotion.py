@@ -1,32 +1,48 @@
-"""Promotion gate: challenger vs champion on the same holdout, per surface.
+"""Promotion gate: one decision per model under test, in one vocabulary, and promotion
+as one transaction per run.
 
-The champion of a registered model is the version holding the ``champion`` alias.
+Decisions (``outcome``): ``promote``, ``keep`` (the champion, or no champion, stays
+as it is) or ``not enough evidence`` (the holdout has too few positives or negatives
+to decide; the reason says how many it needs). Each comes with a one-line ``reason``.
 
-Students (``decide_paired``): the gate reads every model's predictions on the same
-holdout rows. Per surface the challenger must beat each reference by a paired-bootstrap
-margin (users resampled, students/stats.py): the lower end of the 95% interval of its
-click-AUC lift must be above ``min_auc_gain`` (so a tie never passes), and the NE lift's
-interval must reach ``-max_ne_increase`` (NE not significantly worse). The references are
-the no-teacher student trained on the same rows (always, the first champion included)
-and the champion (when there is one).
+Floors, for teacher and students alike (``GateConfig``): no model is promoted whose
+holdout predictions are not finite probabilities, whose holdout NE is >= ``max_ne``
+(1: no better than predicting the base rate), or whose calibration (mean prediction /
+base rate) is outside [``min_calibration``, ``max_calibration``]; a student is
+promoted only from a teacher that is the champion, or that this run promotes
+(``require_champion_teacher``).
 
-Metric-only comparison (``compare``, the teacher's gate): the AUC gain must be strictly
-above ``min_auc_gain`` and the NE increase at most ``max_ne_increase``; with no champion
-the challenger must clear ``min_auc``. Ties do not pass.
+Comparisons, on top of the floors:
 
-A model is promoted only if it wins every surface it is evaluated on
+- students (``decide_paired``): every model's predictions on the same holdout rows;
+  the challenger must beat each reference by a paired-bootstrap margin (users
+  resampled, students/stats.py): the lower end of the 95% interval of its click-AUC
+  lift above ``min_auc_gain`` (a tie never passes) and the NE lift's interval reaching
+  ``-max_ne_increase``. References: the no-teacher student trained on the same rows
+  (always) and the champion (when there is one);
+- the teacher (``decide``): AUC gain over the champion strictly above ``min_auc_gain``
+  and NE increase at most ``max_ne_increase``; with no champion, AUC >= ``min_auc``.
+
+A model evaluated on several surfaces is promoted only if it wins every one
 (``require_all_surfaces``) or at least one (otherwise).
 
-The decision and every figure are recorded either way: as tags on the challenger's
-model version here, and as metrics and ``gate_decision.json`` on the gate's MLflow run
-(gem_app/stages/gate.py).
+Gating has no side effect on the registry. ``commit`` applies every decision of one
+run at once, after every step the run depends on has succeeded: under a lock it
+re-reads the champions (a win against a champion that moved since the gate is not
+applied), re-checks each student's teacher against the champions the commit leaves,
+writes a journal of the aliases as they were, moves the aliases, records the words on
+each model version, and removes the journal. A commit killed half-way leaves its
+journal; the next commit (or the next pipeline run's start) restores the aliases it
+recorded (``recover``), so a failed or killed run leaves the aliases as they were.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import asdict, dataclass, field, replace
+import logging
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -34,16 +50,67 @@ import numpy as np
 
 from gem.registry import CHALLENGER, CHAMPION, champion_version
 
+log = logging.getLogger(__name__)
+
+PROMOTE, KEEP, NOT_ENOUGH_EVIDENCE = "promote", "keep", "not enough evidence"
+OUTCOMES = (PROMOTE, KEEP, NOT_ENOUGH_EVIDENCE)
+# the model-version tags a commit writes (and a recovered commit removes)
+DECISION_TAG, REASON_TAG, AGAINST_TAG, GATE_RUN_TAG, COMMIT_RUN_TAG = (
+    "gate.decision", "gate.reason", "gate.against", "gate.run_id", "gate.pipeline_run_id")
+VERSION_TAGS = (DECISION_TAG, REASON_TAG, AGAINST_TAG, GATE_RUN_TAG, COMMIT_RUN_TAG)
+JOURNAL = "promotion-journal.json"
+
 
 @dataclass(kw_only=True)
 class GateConfig:
-    min_auc_gain: float = 0.0
-    max_ne_increase: float = 0.0
-    min_auc: float = 0.55
+    min_auc_gain: float = 0.0  # a challenger's AUC lift must be above this (a tie never passes)
+    max_ne_increase: float = 0.0  # its NE may be at most this much worse
+    min_auc: float = 0.55  # the teacher's AUC when there is no champion to beat
+    max_ne: float = 1.0  # holdout NE must be below this: 1 = no better than the base rate
+    min_calibration: float = 0.5  # mean prediction / base rate must lie in this band
+    max_calibration: float = 1.5
+    min_positives: int = 30  # fewer positives (or negatives) on the holdout: not enough evidence
+    min_negatives: int = 30
+    require_champion_teacher: bool = True  # a student only from the champion teacher (or this run's)
     require_all_surfaces: bool = True
     bootstrap: int = 500  # paired bootstrap replicates (users resampled)
     level: float = 0.95
     seed: int = 0
+
+    def validate(self) -> "GateConfig":
+        for name in ("min_auc_gain", "max_ne_increase", "min_auc", "max_ne", "min_calibration", "max_calibration",
+                     "level"):
+            if not math.isfinite(float(getattr(self, name))):
+                raise ValueError(f"gate setting {name}={getattr(self, name)!r} must be a finite number")
+        if not 0 <= self.min_auc <= 1:
+            raise ValueError(f"gate setting min_auc={self.min_auc} must lie in [0, 1]")
+        if self.max_ne <= 0:
+            raise ValueError(f"gate setting max_ne={self.max_ne} must be > 0 (1 = the base rate's NE)")
+        if not 0 <= self.min_calibration <= 1 <= self.max_calibration:
+            raise ValueError(f"gate settings min_calibration={self.min_calibration} and max_calibration="
+                             f"{self.max_calibration} must bracket 1 (a calibrated model), min >= 0")
+        for name in ("min_positives", "min_negatives", "bootstrap"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"gate setting {name}={getattr(self, name)} must be >= 1")
+        if not 0 < self.level < 1:
+            raise ValueError(f"gate setting level={self.level} must lie in (0, 1)")
+        return self
+
+    def params(self) -> dict[str, str]:
+        """The settings as MLflow params (``gate.<name>``)."""
+        return {f"gate.{f.name}": str(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, raw: dict | None) -> "GateConfig":
+        """From pipeline parameters (kfp turns ints into floats); unknown keys refused."""
+        raw = dict(raw or {})
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise ValueError(f"unknown gate settings {unknown}; known: {sorted(known)}")
+        cast = {"int": int, "bool": lambda v: v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes"),
+                "float": float}
+        return cls(**{k: cast[str(known[k].type)](v) for k, v in raw.items()}).validate()
 
 
 @dataclass
@@ -64,6 +131,7 @@ class SurfaceVerdict:
     champion: dict[str, float] | None
     wins: bool
     reason: str
+    outcome: str = KEEP
 
 
 @dataclass
@@ -71,165 +139,378 @@ class GateDecision:
     model_name: str
     challenger_version: str
     champion_version: str | None
-    promote: bool
+    outcome: str
+    reason: str
     surfaces: list[SurfaceVerdict] = field(default_factory=list)
-    stale: str = ""  # why a win was not applied (the champion moved after the gate)
+    teacher_version: str = ""  # a student's teacher (models:/<name>/<version>)
+    gate_run_id: str = ""
+    stale: str = ""  # why the commit did not apply a win (the champion moved after the gate)
+    config: dict = field(default_factory=dict)
+
+    @property
+    def promote(self) -> bool:
+        return self.outcome == PROMOTE
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "promote": self.promote}
 
     def summary(self) -> str:
-        head = (f"{self.model_name} v{self.challenger_version} vs "
-                f"{'v' + self.champion_version if self.champion_version else 'no champion'}: "
-                f"{'PROMOTE' if self.promote else 'keep champion'}")
-        lines = [f"  {v.surface:<10} {'win ' if v.wins else 'lose'} {v.reason}" for v in self.surfaces]
-        return "\n".join([head, *lines])
+        against = f"v{self.champion_version}" if self.champion_version else "no champion"
+        return f"{self.model_name} v{self.challenger_version} vs {against}: {self.outcome}: {self.reason}"
 
 
+# -- holdout figures and the floors --------------------------------------------------------
+def holdout_figures(labels: np.ndarray, probs: np.ndarray) -> dict[str, float]:
+    """Click AUC, NE, calibration and the evidence (examples, positives, negatives,
+    predictions that are not finite probabilities) of one model on holdout rows."""
+    from students.stats import weighted_auc, weighted_ne
+
+    y = np.asarray(labels, dtype=np.float64) > 0.5
+    p = np.asarray(probs, dtype=np.float64)
+    valid = np.isfinite(p) & (p >= 0) & (p <= 1)
+    figures = {"examples": float(len(y)), "positives": float(y.sum()), "negatives": float((~y).sum()),
+               "invalid": float((~valid).sum())}
+    nan = float("nan")
+    if not len(y) or not valid.all():
+        return {**figures, "auc": nan, "ne": nan, "calibration": nan}
+    ones = np.ones(len(y))
+    return {**figures, "auc": float(weighted_auc(y, p, ones)[0]), "ne": float(weighted_ne(y, p, ones)[0]),
+            "calibration": float(p.mean() / y.mean()) if y.any() else nan}
+
+
+def evidence_shortfall(figures: dict[str, float], cfg: GateConfig) -> str:
+    """'' when the holdout has enough positives and negatives to decide, else why not."""
+    if "positives" not in figures or "negatives" not in figures:
+        return "the holdout's positives and negatives are unknown"
+    pos, neg = int(figures["positives"]), int(figures["negatives"])
+    if pos >= cfg.min_positives and neg >= cfg.min_negatives:
+        return ""
+    needs = (f"{cfg.min_positives} of each" if cfg.min_positives == cfg.min_negatives
+             else f"{cfg.min_positives} positives and {cfg.min_negatives} negatives")
+    has = f"{pos} positive{'s' * (pos != 1)} and {neg} negative{'s' * (neg != 1)}"
+    return f"the holdout has {has}; needs at least {needs}"
+
+
+def floor_failures(figures: dict[str, float], cfg: GateConfig) -> list[str]:
+    """What keeps a model from promotion whatever it is compared with."""
+    fails = []
+    if figures.get("invalid", 0):
+        fails.append(f"{int(figures['invalid'])} of {int(figures.get('examples', 0))} predictions are not finite "
+                     "probabilities in [0, 1]")
+        return fails
+    ne, calibration = figures.get("ne", float("nan")), figures.get("calibration", float("nan"))
+    if not ne < cfg.max_ne:  # NaN fails too
+        fails.append(f"NE {ne:.4f} >= {cfg.max_ne:g} (a constant base rate does as well)")
+    if not cfg.min_calibration <= calibration <= cfg.max_calibration:
+        fails.append(f"calibration {calibration:.2f} outside [{cfg.min_calibration:g}, {cfg.max_calibration:g}]")
+    return fails
+
+
+def _verdict(surface: str, figures: dict, champion: dict | None, fails: list[str], wins_text: str,
+             cfg: GateConfig) -> SurfaceVerdict:
+    short = evidence_shortfall(figures, cfg)
+    if short:
+        return SurfaceVerdict(surface, figures, champion, False, "; ".join([short, *fails]), NOT_ENOUGH_EVIDENCE)
+    if fails:
+        return SurfaceVerdict(surface, figures, champion, False, "; ".join(fails), KEEP)
+    return SurfaceVerdict(surface, figures, champion, True, wins_text, PROMOTE)
+
+
+def _model_outcome(verdicts: list[SurfaceVerdict], model_fails: list[str], cfg: GateConfig) -> tuple[str, str]:
+    """One outcome and one line for the model from its surfaces' verdicts and the
+    model-level checks (its teacher)."""
+    wins = [v.wins for v in verdicts]
+    won = all(wins) if cfg.require_all_surfaces else any(wins)
+    multi = len(verdicts) > 1
+    reasons = [f"{v.surface}: {v.reason}" if multi else v.reason for v in verdicts
+               if not won or v.wins]
+    if won and not model_fails:
+        return PROMOTE, "; ".join(reasons)
+    losing = [v for v in verdicts if not v.wins]
+    evidence_only = not won and all(v.outcome == NOT_ENOUGH_EVIDENCE for v in losing)
+    outcome = NOT_ENOUGH_EVIDENCE if evidence_only else KEEP
+    failed = [f"{v.surface}: {v.reason}" if multi else v.reason for v in losing]
+    return outcome, "; ".join([*failed, *model_fails])
+
+
+# -- the teacher: metrics against the champion's --------------------------------------------
 def compare(challenger: dict[str, dict[str, float]], champion: dict[str, dict[str, float]] | None,
             cfg: GateConfig) -> tuple[bool, list[SurfaceVerdict]]:
-    """Per-surface verdicts from metrics dicts ``{surface: {"auc": .., "ne": ..}}``."""
+    """Per-surface verdicts from figures ``{surface: {"auc", "ne", "calibration",
+    "positives", "negatives", ...}}`` (``holdout_figures``): the floors, then the AUC
+    gain and NE increase over the champion's figures, or ``min_auc`` without them."""
     if not challenger:
         raise ValueError("challenger has no evaluated surface; nothing to gate")
     verdicts = []
     for surface, metrics in sorted(challenger.items()):
         reference = (champion or {}).get(surface)
+        fails = floor_failures(metrics, cfg)
+        auc = metrics.get("auc", float("nan"))
         if reference is None:
-            wins = metrics["auc"] >= cfg.min_auc
-            reason = f"auc {metrics['auc']:.4f} {'>=' if wins else '<'} min_auc {cfg.min_auc} (no champion figure)"
+            if not auc >= cfg.min_auc:
+                fails.append(f"AUC {auc:.4f} < min_auc {cfg.min_auc:g} (no champion to compare with)")
+            text = f"AUC {auc:.4f} >= min_auc {cfg.min_auc:g}, NE {metrics.get('ne', float('nan')):.4f}; no champion"
         else:
-            auc_gain = metrics["auc"] - reference["auc"]
-            ne_increase = metrics["ne"] - reference["ne"]
-            wins = auc_gain > cfg.min_auc_gain and ne_increase <= cfg.max_ne_increase
-            reason = (f"auc {metrics['auc']:.4f} vs {reference['auc']:.4f} "
-                      f"(gain {auc_gain:+.4f}, need > {cfg.min_auc_gain}); "
-                      f"ne {metrics['ne']:.4f} vs {reference['ne']:.4f} "
-                      f"(increase {ne_increase:+.4f}, allow <= {cfg.max_ne_increase})")
-        verdicts.append(SurfaceVerdict(surface, metrics, reference, wins, reason))
+            auc_gain = auc - reference["auc"]
+            ne_increase = metrics.get("ne", float("nan")) - reference["ne"]
+            if not auc_gain > cfg.min_auc_gain:
+                fails.append(f"AUC {auc:.4f} vs champion {reference['auc']:.4f} (gain {auc_gain:+.4f}, "
+                             f"needs > {cfg.min_auc_gain:g})")
+            if not ne_increase <= cfg.max_ne_increase:
+                fails.append(f"NE {metrics['ne']:.4f} vs champion {reference['ne']:.4f} (increase "
+                             f"{ne_increase:+.4f}, allows <= {cfg.max_ne_increase:g})")
+            text = (f"AUC {auc:.4f} vs champion {reference['auc']:.4f} (gain {auc_gain:+.4f}); "
+                    f"NE {metrics['ne']:.4f} vs {reference['ne']:.4f}")
+        verdicts.append(_verdict(surface, metrics, reference, fails, text, cfg))
     wins = [v.wins for v in verdicts]
-    promote = all(wins) if cfg.require_all_surfaces else any(wins)
-    return promote, verdicts
+    return (all(wins) if cfg.require_all_surfaces else any(wins)), verdicts
 
 
+def decide(model_name: str, challenger_version: str, challenger_metrics: dict[str, dict[str, float]],
+           champion_metrics: dict[str, dict[str, float]] | None, cfg: GateConfig) -> GateDecision:
+    """The teacher's gate, without side effects (champion figures are ignored when no
+    champion exists)."""
+    current = champion_version(model_name)
+    against = current if current != str(challenger_version) else None
+    _, verdicts = compare(challenger_metrics, champion_metrics if against else None, cfg)
+    outcome, reason = _model_outcome(verdicts, [], cfg)
+    if current == str(challenger_version):
+        outcome, reason = PROMOTE, f"already the champion (kept as it is); {reason}"
+    return GateDecision(model_name, str(challenger_version), current, outcome, reason, verdicts,
+                        config=asdict(cfg))
+
+
+# -- students: paired on the same rows ------------------------------------------------------
 def _paired(h: Holdout, reference: np.ndarray, cfg: GateConfig, weights: np.ndarray) -> tuple[bool, dict, str]:
-    from students.stats import paired_difference, weighted_auc, weighted_ne
+    from students.stats import paired_difference
 
     rows = np.arange(len(h.labels))
     run = [(rows, h.labels, h.challenger, reference)]
     auc = paired_difference(run, weights, "auc", cfg.level)
     ne = paired_difference(run, weights, "ne", cfg.level)
-    ones = np.ones(len(h.labels))
-    ref = {"auc": float(weighted_auc(h.labels, reference, ones)[0]),
-           "ne": float(weighted_ne(h.labels, reference, ones)[0])}
+    ref = holdout_figures(h.labels, reference)
     ok_auc = auc["lo"] > cfg.min_auc_gain  # NaN (no positives) compares False: no pass
     ok_ne = ne["hi"] >= -cfg.max_ne_increase
     figures = {"auc": ref["auc"], "ne": ref["ne"], "auc_lift": auc["mean"], "auc_lift_lo": auc["lo"],
                "auc_lift_hi": auc["hi"], "ne_lift": ne["mean"], "ne_lift_lo": ne["lo"], "ne_lift_hi": ne["hi"]}
-    reason = (f"auc lift {auc['mean']:+.4f} [{auc['lo']:+.4f}, {auc['hi']:+.4f}] "
-              f"(need lower end > {cfg.min_auc_gain}); "
-              f"ne lift {ne['mean']:+.4f} [{ne['lo']:+.4f}, {ne['hi']:+.4f}] (need upper end >= "
-              f"{-cfg.max_ne_increase})")
-    return bool(ok_auc and ok_ne), figures, reason
+    words = [f"AUC lift {auc['mean']:+.4f} [{auc['lo']:+.4f}, {auc['hi']:+.4f}]"
+             + ("" if ok_auc else f", lower end not > {cfg.min_auc_gain:g}")]
+    if not ok_ne:
+        words.append(f"NE lift {ne['mean']:+.4f} [{ne['lo']:+.4f}, {ne['hi']:+.4f}], upper end not >= "
+                     f"{-cfg.max_ne_increase:g}")
+    return bool(ok_auc and ok_ne), figures, "; ".join(words)
 
 
 def compare_paired(holdouts: dict[str, Holdout], cfg: GateConfig, *, has_champion: bool
                    ) -> tuple[bool, list[SurfaceVerdict]]:
-    """Per-surface verdicts from per-row predictions: the challenger must beat the
-    no-teacher student and (``has_champion``) the champion by a paired-bootstrap margin."""
-    from students.stats import user_weights, weighted_auc, weighted_ne
+    """Per-surface verdicts from per-row predictions: the floors, then the challenger
+    must beat the no-teacher student and (``has_champion``) the champion by a
+    paired-bootstrap margin."""
+    from students.stats import user_weights
 
     if not holdouts:
         raise ValueError("challenger has no evaluated surface; nothing to gate")
     verdicts = []
     for surface, h in sorted(holdouts.items()):
-        ones = np.ones(len(h.labels))
-        mine = {"auc": float(weighted_auc(h.labels, h.challenger, ones)[0]),
-                "ne": float(weighted_ne(h.labels, h.challenger, ones)[0])}
+        mine = holdout_figures(h.labels, h.challenger)
+        fails = floor_failures(mine, cfg)
         weights = user_weights(h.users, cfg.bootstrap, cfg.seed)
         references = {"no_teacher": h.no_teacher}
         if has_champion:
             references["champion"] = h.champion
-        wins, reasons, champion_figures = True, [], None
+        passed, champion_figures = [], None
         for who, preds in references.items():
             if preds is None:
-                wins = False
-                reasons.append(f"{who}: no predictions on the holdout; cannot gate")
+                fails.append(f"vs {who}: no predictions on the holdout to compare with")
                 continue
-            ok, figures, reason = _paired(h, preds, cfg, weights)
+            ok, figures, words = _paired(h, preds, cfg, weights)
             mine.update({f"vs_{who}_{k}": v for k, v in figures.items() if "lift" in k})
             if who == "champion":
                 champion_figures = {k: figures[k] for k in ("auc", "ne")}
             else:
                 mine.update({"no_teacher_auc": figures["auc"], "no_teacher_ne": figures["ne"]})
-            wins = wins and ok
-            reasons.append(f"vs {who}: {'win' if ok else 'lose'}: {reason}")
-        verdicts.append(SurfaceVerdict(surface, mine, champion_figures, wins, "; ".join(reasons)))
+            (passed if ok else fails).append(f"{'beats' if ok else 'vs'} {who}: {words}")
+        text = f"NE {mine['ne']:.4f}, calibration {mine['calibration']:.2f}; " + "; ".join(passed)
+        verdicts.append(_verdict(surface, mine, champion_figures, fails, text, cfg))
     wins = [v.wins for v in verdicts]
-    promote = all(wins) if cfg.require_all_surfaces else any(wins)
-    return promote, verdicts
+    return (all(wins) if cfg.require_all_surfaces else any(wins)), verdicts
 
 
-def decide_paired(model_name: str, challenger_version: str, holdouts: dict[str, Holdout],
-                  cfg: GateConfig) -> GateDecision:
-    """The paired gate, without side effects (the champion's predictions are used only
-    when the model has a champion)."""
+def teacher_failure(teacher_version: str, staged_teacher: "GateDecision | None" = None) -> str:
+    """'' when a student's teacher (``models:/<name>/<version>``) is the champion, or is
+    promoted by ``staged_teacher`` (this run's teacher decision); else why not."""
+    rest = teacher_version[len("models:/"):] if teacher_version.startswith("models:/") else ""
+    name, _, version = rest.partition("/")
+    if not name or not version.isdigit():
+        return f"teacher {teacher_version or '(none)'} is no registered version (only a champion's students pass)"
+    if staged_teacher is not None and staged_teacher.model_name == name \
+            and staged_teacher.challenger_version == version:
+        if staged_teacher.promote:
+            return ""
+        return f"teacher {name} v{version} not promoted (its gate: {staged_teacher.outcome})"
+    current = champion_version(name)
+    if current == version:
+        return ""
+    return f"teacher {name} v{version} is not the champion ({'v' + current if current else 'none'} is)"
+
+
+def decide_paired(model_name: str, challenger_version: str, holdouts: dict[str, Holdout], cfg: GateConfig, *,
+                  teacher_version: str = "", staged_teacher: GateDecision | None = None) -> GateDecision:
+    """The students' gate, without side effects (the champion's predictions are used
+    only when the model has a champion)."""
     current = champion_version(model_name)
-    promote, verdicts = compare_paired(holdouts, cfg, has_champion=bool(current))
-    return GateDecision(model_name, str(challenger_version), current, promote, verdicts)
+    already = current == str(challenger_version)
+    _, verdicts = compare_paired(holdouts, cfg, has_champion=bool(current) and not already)
+    model_fails = []
+    if cfg.require_champion_teacher and (why := teacher_failure(teacher_version, staged_teacher)):
+        model_fails.append(why)
+    outcome, reason = _model_outcome(verdicts, model_fails, cfg)
+    if already:
+        outcome, reason = PROMOTE, f"already the champion (kept as it is); {reason}"
+    return GateDecision(model_name, str(challenger_version), current, outcome, reason, verdicts,
+                        teacher_version=teacher_version, config=asdict(cfg))
 
 
-def decide(model_name: str, challenger_version: str, challenger_metrics: dict[str, dict[str, float]],
-           champion_metrics: dict[str, dict[str, float]] | None, cfg: GateConfig) -> GateDecision:
-    """Compare without side effects (champion figures are ignored when no champion exists)."""
-    current = champion_version(model_name)
-    promote, verdicts = compare(challenger_metrics, champion_metrics if current else None, cfg)
-    return GateDecision(model_name, str(challenger_version), current, promote, verdicts)
-
-
-@contextlib.contextmanager
-def _registry_lock(name: str) -> Iterator[None]:
-    """Serialise promotions of one model: a file lock beside a sqlite store (every local
-    process shares it); a server store has no shared folder, so there the re-read just
-    before the alias moves is the only guard."""
+# -- the commit -------------------------------------------------------------------------------
+def default_journal_dir() -> Path | None:
+    """Beside a sqlite store (every local process shares it); a server store has none:
+    the pipeline passes its tracking root."""
     import mlflow
 
     uri = mlflow.get_tracking_uri()
-    if not uri.startswith("sqlite:///"):
+    return Path(uri[len("sqlite:///"):]).parent / ".runs" if uri.startswith("sqlite:///") else None
+
+
+@contextlib.contextmanager
+def _commit_lock(journal_dir: Path | None) -> Iterator[None]:
+    if journal_dir is None:
         yield
         return
     from filelock import FileLock
 
-    with FileLock(Path(uri[len("sqlite:///"):]).parent / f".promote-{name}.lock", timeout=600):
+    journal_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(journal_dir / ".promotion.lock", timeout=600):
         yield
 
 
-def apply_decision(decision: GateDecision) -> GateDecision:
-    """Record the decision on the model version and move the ``champion`` alias only when
-    the challenger won; a loser gets ``challenger``.
+def _aliases(client, name: str) -> dict[str, str]:
+    from mlflow.exceptions import MlflowException
 
-    Compare-and-set: under the model's lock the champion is read again, and a win against
-    a champion that has moved since the gate (another run promoted meanwhile) is not
-    applied: that challenger was never compared with the new champion."""
+    try:
+        return {k: str(v) for k, v in client.get_registered_model(name).aliases.items()}
+    except MlflowException:
+        return {}
+
+
+def recover(journal_dir: Path | None) -> dict | None:
+    """Undo a commit that died half-way: restore the aliases its journal recorded and
+    remove the version tags it may have written. Returns the journal, or None."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    path = journal_dir / JOURNAL if journal_dir else None
+    if path is None or not path.is_file():
+        return None
+    journal = json.loads(path.read_text())
+    client = MlflowClient()
+    for name, aliases in journal["before"].items():
+        for alias in (CHAMPION, CHALLENGER):
+            version = aliases.get(alias)
+            try:
+                if version:
+                    client.set_registered_model_alias(name, alias, version)
+                elif alias in _aliases(client, name):
+                    client.delete_registered_model_alias(name, alias)
+            except MlflowException as exc:
+                log.warning("recovering %s@%s: %s", name, alias, exc)
+    for name, version in journal.get("versions", []):
+        for key in VERSION_TAGS:
+            with contextlib.suppress(MlflowException):
+                client.delete_model_version_tag(name, version, key)
+    path.unlink()
+    log.warning("promotion: a commit of pipeline run %s died half-way; the aliases it had moved were restored",
+                journal.get("pipeline_run_id", "?"))
+    return journal
+
+
+def _resolve(decisions: list[GateDecision]) -> list[GateDecision]:
+    """The decisions as they apply now: a win against a champion that has moved since
+    the gate is not applied; a student's promotion needs its teacher to be champion
+    once this commit is done."""
+    resolved = []
+    for d in decisions:
+        current = champion_version(d.model_name)
+        if d.promote and current not in (d.champion_version, d.challenger_version):
+            d = replace(d, outcome=KEEP, stale=(
+                f"champion moved from {('v' + d.champion_version) if d.champion_version else 'none'} to v{current} "
+                "after the gate; not promoted (gate again against the new champion)"))
+            d = replace(d, reason=f"{d.stale}; gated: {d.reason}")
+        resolved.append(d)
+    after = {d.model_name: d.challenger_version for d in resolved if d.promote}
+    final = []
+    for d in resolved:
+        if d.promote and d.teacher_version and d.config.get("require_champion_teacher", True):
+            name, _, version = d.teacher_version[len("models:/"):].partition("/")
+            champion = after.get(name) or champion_version(name)
+            if champion != version:
+                now = f"v{champion}" if champion else "none"
+                why = f"teacher {name} v{version} is not the champion after this run ({now} is)"
+                d = replace(d, outcome=KEEP, reason=f"{why}; gated: {d.reason}")
+        final.append(d)
+    return final
+
+
+def commit(decisions: list[GateDecision], journal_dir: Path | None = None, *, pipeline_run_id: str = "",
+           fault=None) -> list[GateDecision]:
+    """Apply every decision of one run at once (see the module docstring); returns them
+    as applied. ``fault``: called between the alias moves (the fault-injection hook)."""
     from mlflow import MlflowClient
 
+    if journal_dir is None:
+        journal_dir = default_journal_dir()
     client = MlflowClient()
-    name, version = decision.model_name, decision.challenger_version
-    with _registry_lock(name):
-        current = champion_version(name)
-        if decision.promote and current == version:
-            pass  # this decision was applied before (a rerun after a kill): applying it again changes nothing
-        elif decision.promote and current != decision.champion_version:
-            decision = replace(decision, promote=False, stale=(
-                f"champion moved from {decision.champion_version or 'none'} to v{current} after the gate; "
-                "not promoted (gate again against the new champion)"))
-        client.set_model_version_tag(name, version, "gate.decision", "promoted" if decision.promote else "rejected")
-        client.set_model_version_tag(name, version, "gate.against", decision.champion_version or "none")
-        if decision.stale:
-            client.set_model_version_tag(name, version, "gate.stale", decision.stale)
-        for verdict in decision.surfaces:
-            client.set_model_version_tag(name, version, f"gate.{verdict.surface}", verdict.reason[:5000])
-        client.set_registered_model_alias(name, CHAMPION if decision.promote else CHALLENGER, version)
-    return decision
+    with _commit_lock(journal_dir):
+        recover(journal_dir)
+        final = _resolve(decisions)
+        if journal_dir is not None:
+            from gem.utils.atomic import write_json
+
+            journal_dir.mkdir(parents=True, exist_ok=True)
+            write_json({"pipeline_run_id": pipeline_run_id,
+                        "before": {d.model_name: _aliases(client, d.model_name) for d in final},
+                        "versions": [[d.model_name, d.challenger_version] for d in final]}, journal_dir / JOURNAL)
+        for i, d in enumerate(final):
+            if i and fault is not None:
+                fault()
+            if d.promote:
+                client.set_registered_model_alias(d.model_name, CHAMPION, d.challenger_version)
+            elif champion_version(d.model_name) != d.challenger_version:  # a rerun: that version is champion
+                client.set_registered_model_alias(d.model_name, CHALLENGER, d.challenger_version)
+        for d in final:
+            _record(client, d, pipeline_run_id)
+        if journal_dir is not None:
+            (journal_dir / JOURNAL).unlink()
+    return final
+
+
+def _record(client, d: GateDecision, pipeline_run_id: str) -> None:
+    """The decision's words on its model version (and on its gate run when the commit
+    changed them)."""
+    tags = {DECISION_TAG: d.outcome, REASON_TAG: d.reason[:5000], AGAINST_TAG: d.champion_version or "none",
+            GATE_RUN_TAG: d.gate_run_id, COMMIT_RUN_TAG: pipeline_run_id}
+    for key, value in tags.items():
+        if value:
+            client.set_model_version_tag(d.model_name, d.challenger_version, key, value)
+    if d.gate_run_id:
+        staged = client.get_run(d.gate_run_id).data.tags.get(DECISION_TAG, "")
+        if staged != d.outcome:
+            client.set_tag(d.gate_run_id, DECISION_TAG, d.outcome)
+            client.set_tag(d.gate_run_id, "mlflow.note.content", f"{d.outcome}: {d.reason}")
+
+
+def apply_decision(decision: GateDecision, journal_dir: Path | None = None) -> GateDecision:
+    """``commit`` of one decision."""
+    return commit([decision], journal_dir)[0]
 
 
 def gate_and_promote(model_name: str, challenger_version: str, challenger_metrics: dict[str, dict[str, float]],
@@ -239,10 +520,15 @@ def gate_and_promote(model_name: str, challenger_version: str, challenger_metric
 
 def decision_from_dict(raw: dict) -> GateDecision:
     """Inverse of ``to_dict`` (also after kfp turned None into "")."""
-    surfaces = [SurfaceVerdict(v["surface"], v["challenger"], v.get("champion") or None, v["wins"], v["reason"])
+    surfaces = [SurfaceVerdict(v["surface"], v["challenger"], v.get("champion") or None, bool(v["wins"]),
+                               v["reason"], v.get("outcome") or (PROMOTE if v["wins"] else KEEP))
                 for v in raw.get("surfaces", [])]
+    outcome = raw.get("outcome") or (PROMOTE if raw.get("promote") else KEEP)
+    if outcome not in OUTCOMES:
+        raise ValueError(f"gate decision outcome {outcome!r} is not one of {OUTCOMES}")
     return GateDecision(raw["model_name"], str(raw["challenger_version"]), raw.get("champion_version") or None,
-                        bool(raw["promote"]), surfaces, raw.get("stale") or "")
+                        outcome, raw.get("reason", ""), surfaces, raw.get("teacher_version") or "",
+                        raw.get("gate_run_id") or "", raw.get("stale") or "", dict(raw.get("config") or {}))
 
 
 def decision_json(decision: GateDecision) -> str:

@@ -32,17 +32,18 @@ from gem.utils.cache import cache_dir
 
 log = logging.getLogger(__name__)
 
-# Loading the logged model needs these; torchrec itself must be installed with
-# --no-deps (its metadata pins the CUDA fbgemm-gpu), see the model's description.
-MODEL_PIP_REQUIREMENTS = [
-    "torch==2.13.0", "fbgemm-gpu-cpu==1.8.0", "tensordict", "pyre-extensions",
-    "torchmetrics==1.0.3", "numpy", "pyyaml",
-]
+# the run tag naming the model a run logs (the pipeline's train run: gem_teacher)
+MODEL_NAME_TAG = "gem.model_name"
 
 
 def dataset_digest(features: str, spec: dict) -> tuple[str, dict[str, str]]:
-    """A digest of the features directory (manifest + file names and sizes) and its
-    time window (from the manifest's window_* keys when present)."""
+    """The features window's digest and time window. A finished build (manifest with a
+    content digest) is named by that digest, spelt as every other run's dataset input
+    and ``gem.data_digest`` tag spell it (gem.utils.digest.lineage_digest), so one window
+    is one MLflow dataset; anything else by a digest of its manifest, spec and files'
+    names and sizes."""
+    from gem.utils.digest import lineage_digest
+
     h = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
     window: dict[str, str] = {}
     root = Path(features)
@@ -54,6 +55,10 @@ def dataset_digest(features: str, spec: dict) -> tuple[str, dict[str, str]]:
             try:
                 raw = json.loads(text)
                 window = {k: str(v) for k, v in raw.items() if "window" in k and not isinstance(v, (dict, list))}
+                window.update({f"window_{k}": str(v) for k, v in (raw.get("window") or {}).items()
+                               if not isinstance(v, (dict, list))})
+                if raw.get("digest"):
+                    return lineage_digest(str(raw["digest"])), window
             except json.JSONDecodeError:
                 pass
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -61,6 +66,14 @@ def dataset_digest(features: str, spec: dict) -> tuple[str, dict[str, str]]:
     else:
         h.update(features.encode())
     return h.hexdigest()[:16], window
+
+
+def window_examples(features: str) -> int:
+    """The examples a finished features window holds (its manifest's count), else 0."""
+    try:
+        return int(json.loads((Path(features) / "manifest.json").read_text())["counts"]["examples"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def prepare_sqlite_store(uri: str) -> bool:
@@ -210,7 +223,8 @@ def _log_input(features: str, digest: str, num_examples: int, context: str, tags
         source = resolve_dataset_source(str(Path(features).resolve()))
     else:
         source = CodeDatasetSource(tags={"uri": features})
-    dataset = MetaDataset(source=source, name=Path(features).name or features, digest=digest)
+    # named as the pipeline's other runs name a features window (gem_app.stages.features)
+    dataset = MetaDataset(source=source, name=f"features/{Path(features).name or features}", digest=digest)
     mlflow.log_input(dataset, context=context, tags={"num_examples": str(num_examples), **tags})
 
 
@@ -237,6 +251,7 @@ class Tracker:
         """Returns at once: the worker opens the store and the run."""
         self.enabled, self.uri = enabled, uri
         self._run_id, self._opened = run_id, False
+        self._inputs: dict[str, str] = {}  # context -> features window logged as the run's input
         if not enabled:
             return
         ensure_reachable(uri)  # an unreachable server: TrackingUnavailable in ~20 s, URI redacted
@@ -262,6 +277,8 @@ class Tracker:
         if not self.enabled:
             return
         digest, window = dataset_digest(features, spec)
+        num_examples = num_examples or window_examples(features)  # an evaluation window: its manifest's count
+        self._inputs[context] = features
         self._worker.send("log_input", features, digest, num_examples, context, window)
         self.log_params({f"data.{context}.digest": digest, f"data.{context}.num_examples": num_examples,
                          **{f"data.{context}.{k}": v for k, v in window.items()}})
@@ -278,24 +295,41 @@ class Tracker:
 
     def log_model(self, folder: Path) -> None:
         """Log the exported model folder (gem.model.store: tensors, JSON and digests, no
-        pickle) as the run's logged model ``model``; ``runs:/<run_id>/model`` and a
-        registered version of it load with gem.model.store.load_model. Logged from this
-        process (the worker has no torch) into the worker's run."""
+        pickle) as the run's MLflow pyfunc model (gem/training/pyfunc.py: signature, an
+        input example from the run's evaluation window, weights-only loading), with the
+        run's final evaluation metrics and its model settings. Its name is the run's
+        ``gem.model_name`` tag (the pipeline's: the registered name), else ``model``;
+        ``runs:/<run_id>/model`` and a registered version load with
+        gem.model.store.load_model or mlflow.pyfunc.load_model. Logged from this process
+        (the worker has no torch) into the worker's run."""
         if not self.enabled:
             return
         run_id = self.run_id
         import mlflow
 
-        from gem.model.store import log_model
+        from gem.model.store import SPEC, log_pyfunc_model
+        from gem.training import pyfunc
 
         mlflow.set_tracking_uri(self.uri)
+        client = mlflow.MlflowClient(self.uri)
+        self._worker.send("run_id", wait=True)  # every earlier call (metrics, inputs) has reached the store
+        run = client.get_run(run_id)
         # the run's own experiment: one set earlier in this process (another store, another
         # experiment) would make start_run refuse the run id
-        mlflow.set_experiment(experiment_id=mlflow.MlflowClient(self.uri).get_run(run_id).info.experiment_id)
+        mlflow.set_experiment(experiment_id=run.info.experiment_id)
+        tasks = json.loads((Path(folder) / SPEC).read_text())["tasks"]
+        name = run.data.tags.get(MODEL_NAME_TAG, "model")
+        params = {k: v for k, v in run.data.params.items() if k.startswith(("model.", "size.", "data."))}
+        metrics = {k: v for k, v in run.data.metrics.items() if k.startswith("eval/")}
+        example = pyfunc.input_example(self._inputs.get("evaluation") or self._inputs.get("training"))
         # Active here too while logging (MLflow links the logged model to the active run);
         # leaving it marks the run finished, and the worker's ``end`` sets the final status.
         with mlflow.start_run(run_id=run_id):
-            log_model(folder, name="model")
+            uri = log_pyfunc_model(folder, name=name, code=pyfunc.CODE, signature=pyfunc.signature(tasks),
+                                   input_example=example, pip_requirements=pyfunc.PIP_REQUIREMENTS,
+                                   params=params, tags={"gem.run_id": run_id})
+            if metrics:
+                mlflow.log_metrics(metrics, model_id=uri[len("models:/"):])
 
     def end(self, status: str = "FINISHED") -> None:
         """End the run and the worker (waits for every call before it)."""

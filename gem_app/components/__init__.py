@@ -13,7 +13,8 @@ decorators, and a body importing ``gem_app.components.runtime`` must not define 
 import importlib
 
 __all__ = ["distill", "distill_plan", "feast_materialize", "features_finalize", "features_plan", "features_shard",
-           "gate", "ingest", "knowledge", "promote", "resolve_champion", "start_run", "summary", "train"]
+           "gate", "gate_teacher", "ingest", "knowledge", "promote", "resolve_champion", "start_run", "summary",
+           "train"]
 
 
 def __getattr__(name: str):

@@ -5,21 +5,18 @@ from gem_app.components.base import component
 
 @component
 def gate(job: dict, challenger: dict, roc: Output[ClassificationMetrics]) -> dict:
-    """Score challenger and champion on the same holdout; return the gate decision
-    (with the challenger's distillation record, for the promotion step) and log the
-    challenger's ROC curve on the surface's holdout (click task)."""
-    from gem import registry
+    """Score the challenger, the no-teacher reference and the champion on the same
+    holdout; return the staged gate decision (with the challenger's distillation
+    record, for the promote step) and log the challenger's ROC curve on the surface's
+    holdout (click task)."""
     from gem_app.components.runtime import run_context
     from gem_app.promotion import GateConfig
     from gem_app.stages.gate import gate as run
-    from gem_app.stages.gate import student_roc
 
-    ctx = run_context(job["ctx"])
-    decision = run(job["surface"], challenger["version"], job["eval_features"], job["feast_repo"], ctx,
-                   GateConfig(**job["gate"]), job["preset"])
-    curve = student_roc(registry.model_uri(challenger["model_name"], challenger["version"]), job["surface"],
-                        job["eval_features"], job["feast_repo"], job["preset"])
-    if curve["fpr"]:
-        roc.log_roc_curve(curve["fpr"], curve["tpr"], curve["thresholds"])
+    result = run(job["surface"], challenger["version"], job["eval_features"], job["feast_repo"],
+                 run_context(job["ctx"]), GateConfig.from_dict(job["gate"]), job["preset"],
+                 teacher_gate=job.get("teacher_gate") or None)
+    if result.roc["fpr"]:
+        roc.log_roc_curve(result.roc["fpr"], result.roc["tpr"], result.roc["thresholds"])
     roc.metadata["surface"] = job["surface"]
-    return {"decision": decision, "distilled": challenger}
+    return {"decision": result.decision, "distilled": challenger}

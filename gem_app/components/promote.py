@@ -1,13 +1,14 @@
+from typing import List
+
 from gem_app.components.base import component
 
 
 @component
-def promote(job: dict, gated: dict) -> dict:
-    """Apply the gate decision (the champion alias moves only on a win) and return the
-    surface's row for the summary."""
-    from gem_app.components.runtime import run_context
+def promote(ctx: str, teacher_gate: dict, gated: List[dict]) -> dict:
+    """The run's commit: every gate decision of the run (the teacher's and each
+    surface's) applied at once, after all of them succeeded; returns the decisions as
+    applied and the summary's rows."""
+    from gem_app.stages.context import RunContext
     from gem_app.stages.gate import promote as run
 
-    outcome = run(gated["decision"], run_context(job["ctx"]))
-    return {**gated["distilled"], "promoted": outcome.promoted, "champion_before": outcome.champion_before or "",
-            "gate": gated["decision"]}
+    return run(teacher_gate, list(gated), RunContext.loads(ctx)).as_dict()

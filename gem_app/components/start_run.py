@@ -16,7 +16,7 @@ def start_run(pipeline_run_id: str, kfp_run_id: str, tracking_root: str, workspa
     from collections import namedtuple
 
     from gem_app.components.runtime import KFP_RUN_ID_ENV, KFP_RUN_TAG, fingerprint, record_active_run
-    from gem_app.stages.context import RunContext, start_pipeline
+    from gem_app.stages.context import RunContext, run_label, start_pipeline
 
     tracking = tracking_root or workspace
     keys = fingerprint(data, params)
@@ -24,9 +24,11 @@ def start_run(pipeline_run_id: str, kfp_run_id: str, tracking_root: str, workspa
     run_id = pipeline_run_id or kfp_run_id or kfp_run
     if not run_id or "{{" in run_id:
         raise ValueError(f"no pipeline run id: run_id={pipeline_run_id!r}, KFP job id {kfp_run_id!r}")
+    label, data_param, digest_param = run_label(data, params, keys)
     ctx = start_pipeline(RunContext(pipeline_run_id=run_id, tracking_root=tracking),
-                         params={**params, "data": data, "data_digest": keys["data"], "code_version": keys["code"]},
-                         tags={KFP_RUN_TAG: kfp_run} if kfp_run else None)
+                         params={**params, "data": data_param, "data_digest": digest_param,
+                                 "code_version": keys["code"], "pipeline_run_id": run_id},
+                         tags={KFP_RUN_TAG: kfp_run} if kfp_run else None, run_name=label)
     record_active_run(ctx)
     fields = ["ctx", "tracking", "data_digest", "code_version", "sim_config", "features_config", "train_config",
               "students_config"]

@@ -1,21 +1,20 @@
-from typing import List
-
 from kfp.dsl import HTML, Markdown, Output
 
 from gem_app.components.base import component
 
 
 @component
-def summary(ctx: str, teacher: dict, surfaces: List[dict], workspace: str, report: Output[Markdown],
+def summary(ctx: str, teacher: dict, promoted: dict, workspace: str, report: Output[Markdown],
             report_html: Output[HTML]) -> str:
     """The run's summary table (teacher and student AUC/NE per surface, transfer lift,
-    what was promoted), written to the workspace and MLflow; closes the parent run."""
+    each gate decision and why), written to the workspace and MLflow (the parent run's
+    description); closes the parent run."""
     import html
 
     from gem_app.stages.context import RunContext
     from gem_app.stages.summary import summary as run
 
-    result = run(teacher, surfaces, workspace, RunContext.loads(ctx))
+    result = run(teacher, promoted, workspace, RunContext.loads(ctx))
     with open(report.path, "w") as f:
         f.write(result.markdown)
     rows = [line for line in result.markdown.splitlines() if line.startswith("|") and not line.startswith("|---")]

@@ -13,7 +13,8 @@ def train(tracking: str, features: str, features_digest: str, eval_features: str
     """Train (or continue from ``init_from``) the GEM teacher, in this task, under torchrun
     here, or as a Kubeflow Trainer TrainJob (``launcher``; in ``trainjob_namespace``, ""
     = this task's namespace); registers it in MLflow. Cache key: the features' and
-    holdout's digests, the train config's digest, the starting weights, the code."""
+    holdout's digests, the train config's digest, the starting weights, the code. Its gate
+    is the next task (gate_teacher)."""
     import json
     import os
     from collections import namedtuple
@@ -30,7 +31,7 @@ def train(tracking: str, features: str, features_digest: str, eval_features: str
     with open(teacher.path, "w") as f:
         json.dump({"model_uri": result.model_uri, "run_id": result.run_id}, f)
     teacher.metadata.update({"model_uri": result.model_uri, "version": result.model_version,
-                             "mlflow_run_id": result.run_id, "steps": result.steps, "champion": result.promoted,
+                             "mlflow_run_id": result.run_id, "steps": result.steps,
                              "features_digest": features_digest})
     return namedtuple("Trained", ["model_uri", "model_version", "result"])(
         result.model_uri, result.model_version, result.as_dict())

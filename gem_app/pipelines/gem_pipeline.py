@@ -1,5 +1,7 @@
-"""gem_pipeline: data -> features -> GEM -> knowledge -> per-surface students -> gate ->
-promotion, every stage a run nested under one MLflow parent run.
+"""gem_pipeline: data -> features -> GEM -> its gate -> knowledge -> per-surface students
+-> their gates -> promote (the run's one commit) -> summary, every stage a run nested
+under one MLflow parent run. The champions move only in promote, which runs once every
+gate and every step before it has succeeded: a failed or killed run moves nothing.
 
 refresh_pipeline is the same graph built with ``refresh=True``: GEM continues from the
 champion teacher's weights on the newest days (features built with the champion's
@@ -19,6 +21,7 @@ from gem_app.components import (
     distill_plan,
     feast_materialize,
     gate,
+    gate_teacher,
     ingest,
     knowledge,
     promote,
@@ -47,14 +50,14 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
                      train_preset: str = "pipeline", student_preset: str = "pipeline",
                      surfaces: list = [],  # noqa: B006 (compiled, never mutated)
                      student_days: int = 1, holdout_days: int = 1, teacher_days: int = 1 if refresh else 0,
-                     min_auc_gain: float = 0.0, max_ne_increase: float = 0.0, min_auc: float = 0.55,
+                     gate_settings: dict = {},  # noqa: B006 - GateConfig fields (gem_app/promotion.py)
                      pretrain_launcher: str = cluster.pretrain_launcher if cluster else "local",
                      trainjob_namespace: str = ""):
         started = configure_task(start_run(
             pipeline_run_id=run_id, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, tracking_root=tracking_root,
             workspace=workspace, data=data,
-            params={"sim_preset": sim_preset, "train_preset": train_preset, "student_preset": student_preset,
-                    "features_preset": features_preset}), cluster)
+            params={"pipeline": name, "sim_preset": sim_preset, "train_preset": train_preset,
+                    "student_preset": student_preset, "features_preset": features_preset}), cluster)
         ctx, tracking, code = started.outputs["ctx"], started.outputs["tracking"], started.outputs["code_version"]
         configs = {k: started.outputs[f"{k}_config"] for k in ("sim", "features", "train", "students")}
         ingested = configure_task(ingest(
@@ -88,6 +91,9 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
             eval_features=holdout_feats.outputs["path"], eval_digest=holdout_feats.outputs["digest"],
             out=f"{workspace}/teacher", preset=train_preset, train_config=configs["train"], init_from=init_from,
             launcher=pretrain_launcher, trainjob_namespace=trainjob_namespace, code_version=code), cluster)
+        teacher_gate = configure_task(gate_teacher(
+            tracking=tracking, trained=teacher.outputs["result"], eval_features=holdout_feats.outputs["path"],
+            eval_digest=holdout_feats.outputs["digest"], gate=gate_settings, code_version=code), cluster)
         generated = configure_task(knowledge(
             tracking=tracking, teacher_uri=teacher.outputs["model_uri"],
             features=[student_feats.outputs["path"], holdout_feats.outputs["path"]],
@@ -101,14 +107,15 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
             feast_repo=repo.output, teacher_uri=teacher.outputs["model_uri"],
             teacher_version=generated.outputs["Output"],
             out=f"{workspace}/students", preset=student_preset, students_config=configs["students"],
-            code_version=code, min_auc_gain=min_auc_gain, max_ne_increase=max_ne_increase, min_auc=min_auc),
-            cluster)
+            code_version=code, gate=gate_settings, teacher_gate=teacher_gate.output), cluster)
         # the loop body reads only its job (kfp.local resolves outer task outputs wrongly in loops)
         with dsl.ParallelFor(jobs.output, parallelism=distill_parallelism) as job:
             distilled = configure_task(distill(job=job), cluster)
             decision = configure_task(gate(job=job, challenger=distilled.outputs["Output"]), cluster)
-            promoted = configure_task(promote(job=job, gated=decision.outputs["Output"]), cluster)
-        configure_task(summary(ctx=ctx, teacher=teacher.outputs["result"],
-                               surfaces=dsl.Collected(promoted.output), workspace=workspace), cluster)
+        # the run's one commit: after the teacher's gate and every surface's
+        committed = configure_task(promote(ctx=ctx, teacher_gate=teacher_gate.output,
+                                           gated=dsl.Collected(decision.outputs["Output"])), cluster)
+        configure_task(summary(ctx=ctx, teacher=teacher.outputs["result"], promoted=committed.output,
+                               workspace=workspace), cluster)
 
     return gem_pipeline

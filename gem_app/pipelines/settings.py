@@ -73,7 +73,7 @@ class StageResources:
     feast: Resources = field(default_factory=lambda: Resources(cpu="1", memory="1536Mi", memory_limit="8Gi"))
     # the train task when it trains itself (launcher local / torchrun:N)
     pretrain: Resources = field(default_factory=lambda: Resources(cpu="2", memory="4Gi", memory_limit="16Gi", gpu=1))
-    # the train task when it only creates and polls a TrainJob (then gates the new teacher)
+    # the train task when it only creates and polls a TrainJob
     launch: Resources = field(default_factory=lambda: Resources(cpu="500m", memory="1536Mi", memory_limit="8Gi"))
     knowledge: Resources = field(default_factory=lambda: Resources(cpu="1", memory="2Gi", memory_limit="8Gi"))
     distill: Resources = field(default_factory=lambda: Resources(cpu="1", memory="1536Mi", memory_limit="8Gi"))
@@ -85,10 +85,11 @@ STAGE_PROFILES = {
     "start_run": "light", "resolve_champion": "light", "distill_plan": "light", "promote": "light",
     "summary": "light", "ingest": "ingest", "features_plan": "plan", "features_shard": "shard",
     "features_finalize": "finalize", "feast_materialize": "feast", "knowledge": "knowledge", "distill": "distill",
-    "gate": "gate",
+    "gate": "gate", "gate_teacher": "gate",
 }
-# tasks that create or read run state that must not be replayed from the cache
-UNCACHED = {"start_run", "resolve_champion", "summary"}
+# tasks that create or read run state that must not be replayed from the cache (promote:
+# the run's commit moves the champions)
+UNCACHED = {"start_run", "resolve_champion", "promote", "summary"}
 
 
 @dataclass(kw_only=True)

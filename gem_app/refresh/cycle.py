@@ -43,9 +43,13 @@ def dataset_until(data: Path, last_day: dt.date, out: Path) -> Path:
 
 
 def has_champion_teacher(tracking_root: Path) -> bool:
+    """Whether a champion teacher exists (after undoing a promotion commit an earlier,
+    killed cycle left half-done: its champion never was)."""
     from gem import registry, tracking
+    from gem_app.promotion import recover
 
     tracking.configure(tracking_root, experiment=registry.EXPERIMENT)
+    recover(Path(tracking_root) / ".runs")
     return registry.champion_version(registry.TEACHER_MODEL) is not None
 
 

@@ -67,27 +67,60 @@ def without_nulls(value):
     return "" if value is None else value
 
 
-def start_pipeline(ctx: RunContext, *, params: dict | None = None, tags: dict | None = None) -> RunContext:
-    """Create the pipeline's parent run (left open; ``finish_pipeline`` closes it)."""
+def start_pipeline(ctx: RunContext, *, params: dict | None = None, tags: dict | None = None,
+                   run_name: str = "") -> RunContext:
+    """Create the pipeline's parent run (left open; ``finish_pipeline`` closes it), named
+    ``run_name`` (default ``pipeline-<id>``). A promotion commit that died half-way in
+    an earlier run is undone first (gem_app.promotion.recover)."""
     import mlflow
+    from mlflow.entities import Param
+
+    from gem_app.promotion import recover
 
     ctx.configure()
+    recover(Path(ctx.tracking_root) / ".runs")
     client = mlflow.MlflowClient()
     experiment = client.get_experiment_by_name(ctx.experiment)
-    run = client.create_run(experiment.experiment_id, run_name=f"pipeline-{ctx.pipeline_run_id}",
-                            tags={tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, **(tags or {})})
-    for key, value in (params or {}).items():
-        client.log_param(run.info.run_id, key, str(value)[:500])
+    run = client.create_run(experiment.experiment_id, run_name=run_name or f"pipeline-{ctx.pipeline_run_id}",
+                            tags={**tracking.source_tags(), tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
+                                  tracking.TAG_STAGE: "pipeline", **(tags or {})})
+    client.log_batch(run.info.run_id, params=[Param(key, str(value)[:500]) for key, value in (params or {}).items()])
     return RunContext(pipeline_run_id=ctx.pipeline_run_id, tracking_root=ctx.tracking_root,
                       parent_run_id=run.info.run_id, experiment=ctx.experiment)
 
 
-def finish_pipeline(ctx: RunContext, summary: dict, status: str = "FINISHED") -> None:
+def run_label(data: str, params: dict, keys: dict) -> tuple[str, str, str]:
+    """(parent run name, ``data`` param, ``data_digest`` param) of a pipeline run: what
+    ran on which data when (``refresh-pipeline movielens 2026-01-08 03:00Z``), and
+    params that are never empty (a simulated dataset is named by its simulator preset
+    and config digest)."""
+    import datetime as dt
+
+    when = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%MZ}"
+    if data:
+        name = Path(data).name
+        try:
+            name = json.loads((Path(data) / "manifest.json").read_text()).get("name") or name
+        except (OSError, ValueError):
+            pass
+        data_param, digest = data, keys.get("data", "")
+    else:
+        name = f"simulated-{params.get('sim_preset', '')}"
+        data_param, digest = f"simulated (simulator preset {params.get('sim_preset', '')})", \
+            f"simulator config {keys.get('sim', '')}"
+    return f"{params.get('pipeline', 'gem-pipeline')} {name} {when}", data_param, digest
+
+
+def finish_pipeline(ctx: RunContext, summary: dict, status: str = "FINISHED", description: str = "") -> None:
+    """Close the parent run; ``description`` (Markdown: the summary table) becomes what
+    its page shows first."""
     import mlflow
 
     ctx.configure()
     client = mlflow.MlflowClient()
     client.log_dict(ctx.parent_run_id, summary, "pipeline_summary.json")
+    if description:
+        client.set_tag(ctx.parent_run_id, "mlflow.note.content", description)
     client.set_terminated(ctx.parent_run_id, status=status)
 
 
@@ -104,12 +137,20 @@ def tracked(ctx: RunContext, name: str, *, tags: dict | None = None) -> Iterator
 FAULT_ENV = "GEM_FAULT"
 
 
+class InjectedFault(RuntimeError):
+    """The failure ``$GEM_FAULT=fail@<point>`` asks for."""
+
+
 def fault_point(name: str) -> None:
     """The fault-injection benchmark's hook (benchmarks/reliability_bench.py): when
     ``$GEM_FAULT`` names this point, the whole pipeline run (this process group) dies
-    by SIGKILL here, as a lost machine would."""
-    if os.environ.get(FAULT_ENV) == name:
+    by SIGKILL here, as a lost machine would; ``fail@<point>`` makes the step fail
+    here instead (an error, as a bug or bad data would raise)."""
+    wanted = os.environ.get(FAULT_ENV, "")
+    if wanted == name:
         os.killpg(os.getpgid(0), signal.SIGKILL)
+    if wanted == f"fail@{name}":
+        raise InjectedFault(f"injected failure at {name} ({FAULT_ENV}={wanted})")
 
 
 def record_path(out: str | Path, stage: str) -> Path:
@@ -132,7 +173,9 @@ def log_model_input(model_uri: str, run_id: str | None = None) -> None:
         mv = client.get_model_version_by_alias(*rest.split("@", 1))
     else:
         mv = client.get_model_version(*rest.split("/", 1))
-    model_id = mv.model_id
+    # a version registered from models:/<model_id> names its logged model in its source
+    # (MLflow 3.17 leaves model_id empty on it)
+    model_id = mv.model_id or (mv.source[len("models:/"):] if (mv.source or "").startswith("models:/m-") else "")
     if model_id:
         client.log_inputs(run_id or mlflow.active_run().info.run_id, models=[LoggedModelInput(model_id)])
 

@@ -135,6 +135,7 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
     from students.distill import capacity_matched
     from students.distill import distill as run_distill
     from students.protocol import lineage
+    from students.pyfunc import input_example
     from students.registry import log_student
 
     cfg = distill_config(preset, surface, overrides)
@@ -177,6 +178,7 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
                 "ne": figures["no_teacher"]["ne"] - figures["student"]["ne"]}
         mlflow.log_metrics({f"eval/{who}/{k}": v for who, m in figures.items() for k, v in m.items()})
         mlflow.log_metrics({f"eval/lift/{k}": v for k, v in lift.items()})
+        log_evaluation(student, baseline, holdout, surface)
         for who, res in (("student", student), ("no_teacher", baseline)):
             for epoch, loss in enumerate(res.train_loss):
                 mlflow.log_metric(f"train/{who}/loss", loss, step=epoch)
@@ -186,9 +188,16 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
         Path(out).mkdir(parents=True, exist_ok=True)
         pending.put({"run_id": mlflow.active_run().info.run_id,
                      "result": json.loads(json.dumps(unregistered.as_dict(), default=str))})
-        version = log_student(student, registry.student_model(surface), teacher_version,
-                              extra_tags={tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
-                                          tracking.TAG_DATA_WINDOW: window, **tags})
+        version = log_student(
+            student, registry.student_model(surface), teacher_version,
+            extra_tags={tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, tracking.TAG_DATA_WINDOW: window, **tags},
+            tasks=list(holdout.tasks), refresh_every=cfg.knowledge.refresh_every,
+            input_example=input_example(eval_features, feast_repo if student.model.teacher_emb_dim else None),
+            params={**{f"student.{k}": v for k, v in flatten(cfg.student).items()},
+                    "methods": ",".join(student.methods), **tags},
+            metrics={f"holdout/{k}": v for k, v in figures["student"].items()},
+            about=f"Trained on the window {window}, evaluated on {features_lineage(eval_features)[0]} "
+                  f"(holdout AUC {figures['student']['auc']:.4f}, NE {figures['student']['ne']:.4f}).")
         fault_point("distill:registered")
     result = replace(unregistered, version=version)
     figure("surface", surface)
@@ -199,6 +208,40 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
 
 
 HOLDOUT_ARTIFACT = "holdout/{who}.parquet"
+
+
+def log_evaluation(student, baseline, holdout, surface: str, bootstrap: int = 500, level: float = 0.95) -> dict:
+    """Intervals (users resampled, students/stats.py) for the student's and the
+    no-teacher student's click AUC and NE and for the paired lift, as metrics beside
+    the point figures (``eval/<who>/<metric>_lo`` / ``_hi``), and their ROC and
+    calibration curves on the surface's holdout as a plot."""
+    import mlflow
+    import numpy as np
+
+    from gem_app.stages.plots import holdout_figure
+    from students.stats import interval, paired_difference, user_weights, weighted_auc, weighted_ne
+
+    task = list(holdout.tasks).index(GATE_TASK)
+    rows = student.eval_index
+    if rows is None or student.eval_probs is None or baseline.eval_probs is None or not len(rows):
+        return {}
+    labels = holdout.labels[rows, task].numpy().astype(np.float64)
+    probs = {"student": student.eval_probs[:, task].numpy().astype(np.float64),
+             "no_teacher": baseline.eval_probs[:, task].numpy().astype(np.float64)}
+    weights = user_weights(holdout.user_raw[rows].numpy(), bootstrap, seed=0)
+    metrics = {}
+    for who, p in probs.items():
+        for name, fn in (("auc", weighted_auc), ("ne", weighted_ne)):
+            lo, hi = interval(fn(labels, p, weights), level)
+            metrics.update({f"eval/{who}/{name}_lo": lo, f"eval/{who}/{name}_hi": hi})
+    run = [(np.arange(len(labels)), labels, probs["student"], probs["no_teacher"])]
+    for name in ("auc", "ne"):
+        lift = paired_difference(run, weights, name, level)
+        metrics.update({f"eval/lift/{name}_lo": lift["lo"], f"eval/lift/{name}_hi": lift["hi"]})
+    mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
+    figure_ = holdout_figure(labels, {"student": probs["student"], "no-teacher": probs["no_teacher"]}, surface)
+    mlflow.log_figure(figure_, "plots/holdout_roc_calibration.png")
+    return metrics
 
 
 def log_holdout(result, holdout, who: str, holdout_digest: str) -> None:

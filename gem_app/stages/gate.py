@@ -1,55 +1,126 @@
-"""gate and promote, for the teacher and the students alike: the challenger and the
-champion are scored on the same holdout, the decision (gem_app/promotion.py) is
-recorded with its figures, and only a win moves the champion alias. A student must beat
-the no-teacher reference and the champion by a paired-bootstrap margin (``gate``); the
-teacher must beat the champion's AUC (``gate_teacher``)."""
+"""gate (per model under test) and promote (once per run), for the teacher and the
+students alike.
+
+``gate_teacher`` / ``gate``: the challenger and the champion are scored on the same
+holdout and judged (gem_app/promotion.py: floors, then the comparisons); the decision
+(promote / keep / not enough evidence) and its one-line reason are recorded on one
+gate run per model, named ``gate-<model>``: the reason as its description, the gate
+settings as params, the figures under the same metric names for every surface, the
+judged model version as its model input and the holdout as its dataset. Nothing in the
+registry moves here.
+
+``promote``: the run's commit (``promotion.commit``): every decision of the run at
+once, after every step it depends on has succeeded; the words go on each model version.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
 
 from gem import registry, tracking
 from gem.utils.progress import figure
-from gem_app.promotion import GateConfig, GateDecision, apply_decision, decide, decision_from_dict
-from gem_app.stages.context import RunContext, StageResult, tracked, without_nulls
+from gem_app.promotion import (
+    DECISION_TAG,
+    GateConfig,
+    GateDecision,
+    Holdout,
+    commit,
+    decide,
+    decide_paired,
+    decision_from_dict,
+    holdout_figures,
+)
+from gem_app.stages.context import RunContext, StageResult, fault_point, log_model_input, tracked, without_nulls
+
+TAG_MODEL = "gem.model"
+TAG_MODEL_VERSION = "gem.model_version"
+COMMIT_DIR = ".runs"  # under the tracking root: the promotion journal and its lock
 
 
-def _log_decision(decision: GateDecision) -> None:
+EVIDENCE = ("examples", "positives", "negatives")
+
+
+def gate_metric_name(key: str) -> str:
+    """A gate figure's metric name, the same for every surface and model: ``holdout/
+    positives``, ``challenger/ne``, ``no_teacher/auc``, ``vs_no_teacher/auc_lift_lo``..."""
+    for who in ("no_teacher", "champion"):
+        if key.startswith(f"vs_{who}_"):
+            return f"vs_{who}/{key[len(who) + 4:]}"
+        if key.startswith(f"{who}_"):
+            return f"{who}/{key[len(who) + 1:]}"
+    if key in EVIDENCE:
+        return f"holdout/{key}"
+    return f"challenger/{'invalid_predictions' if key == 'invalid' else key}"
+
+
+def _log_gate_run(decision: GateDecision, cfg: GateConfig, eval_features: str, model_uri: str,
+                  champion_uri: str | None, plot: dict[str, np.ndarray] | None, labels: np.ndarray | None) -> None:
+    """The active gate run's record of the decision (see the module docstring)."""
     import mlflow
 
-    mlflow.set_tag("gate/decision", "promote" if decision.promote else "keep champion")
-    mlflow.log_metric("gate/promote", float(decision.promote))
-    for verdict in decision.surfaces:
-        for who, figures in (("challenger", verdict.challenger), ("champion", verdict.champion or {})):
-            mlflow.log_metrics({f"gate/{verdict.surface}/{who}/{k}": float(v) for k, v in figures.items()})
+    from gem_app.stages.features import log_features_input
+    from gem_app.stages.plots import holdout_figure
+
+    mlflow.log_params({**cfg.params(), "model": decision.model_name, "model_version": decision.challenger_version,
+                       "champion_version": decision.champion_version or "none",
+                       "teacher_version": decision.teacher_version or "none"})
+    mlflow.set_tags({DECISION_TAG: decision.outcome, "mlflow.note.content": f"{decision.outcome}: {decision.reason}",
+                     "gem.model_uri": model_uri})
+    metrics = {"decision/promote": float(decision.promote)}
+    for verdict in decision.surfaces:  # one per model in this pipeline: the same names on every gate run
+        metrics.update({gate_metric_name(k): float(v) for k, v in verdict.challenger.items()})
+        metrics.update({f"champion/{k}": float(v) for k, v in (verdict.champion or {}).items()
+                        if k in ("auc", "ne", "calibration")})
+    mlflow.log_metrics(metrics)
     mlflow.log_dict(decision.to_dict(), "gate_decision.json")
+    log_features_input(eval_features, "evaluation")
+    for uri in (model_uri, champion_uri):
+        if uri:
+            log_model_input(uri)
+    if plot and labels is not None:
+        mlflow.log_figure(holdout_figure(labels, plot, decision.model_name), "plots/holdout_roc_calibration.png")
 
 
-def _teacher_holdout(model_uri: str, eval_features: str) -> dict[str, dict[str, float]]:
-    """Click AUC / NE over all surfaces of a registered teacher on a holdout window."""
+# -- the teacher -------------------------------------------------------------------------------
+def teacher_predictions(model_uri: str, eval_features: str) -> tuple[np.ndarray, np.ndarray]:
+    """(click labels, click probabilities) of a registered teacher on every example of
+    a holdout window (a window of other vocabularies is refused)."""
     import mlflow
 
-    from gem.features.loader import FeatureLoader
     from gem.knowledge.teacher import load_teacher
-    from gem.training.distributed import init_distributed
-    from gem.training.trainer import evaluate
+    from gem.training.pyfunc import predict_window
 
     teacher = load_teacher(model_uri, mlflow.get_tracking_uri())
-    loader = FeatureLoader(eval_features, batch_size=1024, shuffle=False)
-    metrics = evaluate(teacher.model, loader, init_distributed(), teacher.spec).compute()
-    return {"all": {"auc": float(metrics["auc/all/click"]), "ne": float(metrics["ne/all/click"])}}
+    scored = predict_window(teacher.model, teacher.spec, eval_features, name=f"the teacher {model_uri}")
+    task = list(scored["spec"].tasks).index("click")
+    return scored["labels"][:, task].astype(np.float64), scored["probs"][:, task].astype(np.float64)
 
 
-def gate_teacher(version: str, eval_features: str, ctx: RunContext) -> GateDecision:
-    """The new teacher becomes champion only if it beats the champion on the same holdout."""
+def gate_teacher(version: str, eval_features: str, ctx: RunContext, cfg: GateConfig | None = None) -> dict:
+    """The new teacher's decision: the floors, then the champion's figures on the same
+    holdout (or ``min_auc`` with no champion). Staged: ``promote`` applies it."""
+    cfg = (cfg or GateConfig()).validate()
+    ctx.configure()
     name = registry.TEACHER_MODEL
-    challenger = _teacher_holdout(registry.model_uri(name, version), eval_features)
-    champion = (_teacher_holdout(registry.model_uri(name, alias=registry.CHAMPION), eval_features)
-                if registry.champion_version(name) else None)
-    with tracked(ctx, "gate-teacher"):
-        decision = apply_decision(decide(name, version, challenger, champion, GateConfig(min_auc=0.5)))
-        _log_decision(decision)
-    return decision
+    uri = registry.model_uri(name, version)
+    labels, probs = teacher_predictions(uri, eval_features)
+    plot = {f"challenger v{version}": probs}
+    current = registry.champion_version(name)
+    champion_uri, champion = None, None
+    if current and current != str(version):
+        champion_uri = registry.model_uri(name, current)
+        _, champion_probs = teacher_predictions(champion_uri, eval_features)
+        champion = {"all": holdout_figures(labels, champion_probs)}
+        plot[f"champion v{current}"] = champion_probs
+    with tracked(ctx, f"gate-{name}", tags={TAG_MODEL: name, TAG_MODEL_VERSION: str(version)}) as run:
+        decision = decide(name, str(version), {"all": holdout_figures(labels, probs)}, champion, cfg)
+        decision = replace(decision, gate_run_id=run.info.run_id)
+        _log_gate_run(decision, cfg, eval_features, uri, champion_uri, plot, labels)
+    figure("decision", decision.outcome)
+    return without_nulls(decision.to_dict())
 
 
 def champion_teacher() -> dict:
@@ -62,69 +133,28 @@ def champion_teacher() -> dict:
             "features_dir": mv.tags.get(registry.FEATURES_DIR_TAG, "")}
 
 
-def score_student(model_uri: str, surface: str, eval_features: str, feast_repo: str,
-                  preset: str = "pipeline") -> dict[str, float]:
-    """Click AUC / NE / calibration of a registered student on the surface's holdout."""
-    from gem_app.stages.distill import distill_config, gate_metrics, student_tables
-    from students.store import load_student
-    from students.train import evaluate, predict
-
-    cfg = distill_config(preset, surface)
-    _, (holdout, _) = student_tables(cfg, None, eval_features, feast_repo)
-    part = holdout.subset(holdout.surface == list(holdout.surfaces).index(surface))
-    model = load_student(model_uri)
-    metrics = evaluate(predict(model, part), part, list(holdout.surfaces), list(holdout.tasks))
-    return gate_metrics({k.replace(f"/{surface}/", "/"): v for k, v in metrics.items() if f"/{surface}/" in k})
-
-
-def student_roc(model_uri: str, surface: str, eval_features: str, feast_repo: str, preset: str = "pipeline",
-                points: int = 200) -> dict[str, list[float]]:
-    """The ROC curve (click task) of a registered student on its surface's holdout, the
-    same predictions ``score_student`` scores, thinned to at most ``points`` points."""
-    import numpy as np
-
-    from gem_app.stages.distill import GATE_TASK, distill_config, student_tables
-    from students.store import load_student
-    from students.train import predict
-
-    cfg = distill_config(preset, surface)
-    _, (holdout, _) = student_tables(cfg, None, eval_features, feast_repo)
-    part = holdout.subset(holdout.surface == list(holdout.surfaces).index(surface))
-    model = load_student(model_uri)
-    task = list(holdout.tasks).index(GATE_TASK)
-    scores = predict(model, part)[:, task].detach().numpy().astype(np.float64)
-    labels = part.labels[:, task].detach().numpy() > 0.5
-    if not len(scores) or labels.all() or not labels.any():
-        return {"fpr": [], "tpr": [], "thresholds": []}
-    order = np.argsort(-scores, kind="stable")
-    scores, labels = scores[order], labels[order]
-    last = np.r_[np.flatnonzero(np.diff(scores)), len(scores) - 1]  # last index of each distinct score
-    tpr = np.cumsum(labels)[last] / labels.sum()
-    fpr = np.cumsum(~labels)[last] / (~labels).sum()
-    pick = np.unique(np.linspace(0, len(last) - 1, min(points, len(last))).round().astype(int))
-    return {"fpr": [0.0, *fpr[pick].tolist()], "tpr": [0.0, *tpr[pick].tolist()],
-            "thresholds": [1.0, *scores[last][pick].tolist()]}
-
-
+# -- students ----------------------------------------------------------------------------------
 def holdout_predictions(model_uris: dict[str, str], surface: str, eval_features: str, feast_repo: str,
                         preset: str = "pipeline"):
     """The surface's holdout rows and each registered model's click probabilities on them
-    (same rows, same order): ``(part, {who: probs})``. Teacher embeddings are joined (at
-    the preset's knowledge cadence) only when a model reads them."""
+    (same rows, same order): ``(part, {who: probs})``, scored as the served pyfunc model
+    scores (students.pyfunc.score_window: each model reads the window with its own
+    feature settings; teacher embeddings joined at the preset's knowledge cadence when
+    it reads them)."""
     from gem_app.stages.distill import GATE_TASK, distill_config
-    from students.data import attach_knowledge, load_table
+    from students.pyfunc import score_window
     from students.store import load_student
-    from students.train import predict
 
-    cfg = distill_config(preset, surface)
-    models = {who: load_student(uri) for who, uri in model_uris.items()}
-    table, _ = load_table(eval_features, cfg.student)
-    if any(m.teacher_emb_dim for m in models.values()):
-        table = attach_knowledge(table, feast_repo, predictions=False, embeddings=True,
-                                 refresh_every=cfg.knowledge.refresh_every)
-    part = table.subset(table.surface == list(table.surfaces).index(surface))
-    task = list(part.tasks).index(GATE_TASK)
-    return part, {who: predict(m, part)[:, task].numpy().astype("float64") for who, m in models.items()}
+    refresh_every = distill_config(preset, surface).knowledge.refresh_every
+    part, probs = None, {}
+    for who, uri in model_uris.items():
+        rows, scored = score_window(load_student(uri), eval_features, surface=surface, feast_repo=feast_repo,
+                                    refresh_every=refresh_every)
+        if part is not None and not (rows.example_id == part.example_id).all():
+            raise RuntimeError(f"{uri} scored other rows of {eval_features} than {model_uris}; cannot pair them")
+        part = rows if part is None else part
+        probs[who] = scored[:, list(rows.tasks).index(GATE_TASK)]
+    return part, probs
 
 
 def recorded_holdout(model_name: str, version: str, who: str, part, eval_features: str):
@@ -134,7 +164,6 @@ def recorded_holdout(model_name: str, version: str, who: str, part, eval_feature
     import tempfile
 
     import mlflow
-    import numpy as np
     import pandas as pd
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -159,51 +188,85 @@ def recorded_holdout(model_name: str, version: str, who: str, part, eval_feature
     return frame.loc[ids, "prob"].to_numpy(dtype="float64")
 
 
-def gate(surface: str, challenger_version: str, eval_features: str, feast_repo: str, ctx: RunContext,
-         cfg: GateConfig | None = None, preset: str = "pipeline") -> dict:
-    """The paired gate (gem_app/promotion.py ``decide_paired``): on the surface's holdout,
-    the challenger must beat the no-teacher reference its distill run trained on the same
-    rows, and the champion when there is one, each by a paired-bootstrap margin over
-    users (ties do not pass; the first champion too). The decision is returned, not applied."""
-    from gem_app.promotion import Holdout, decide_paired
-    from gem_app.stages.distill import GATE_TASK
+@dataclass(kw_only=True)
+class GateResult(StageResult):
+    decision: dict
+    roc: dict = field(default_factory=dict)  # the challenger's ROC points on the surface's holdout (click)
 
+
+def gate(surface: str, challenger_version: str, eval_features: str, feast_repo: str, ctx: RunContext,
+         cfg: GateConfig | None = None, preset: str = "pipeline", teacher_gate: dict | None = None) -> GateResult:
+    """The paired gate (gem_app/promotion.py ``decide_paired``): on the surface's holdout,
+    the floors, then the challenger must beat the no-teacher reference its distill run
+    trained on the same rows, and the champion when there is one, each by a
+    paired-bootstrap margin over users (ties do not pass; the first champion too); its
+    teacher must be the champion or promoted by this run (``teacher_gate``, the run's
+    teacher decision). The decision is staged, not applied."""
+    from mlflow import MlflowClient
+
+    from gem_app.stages.distill import GATE_TASK
+    from gem_app.stages.plots import roc_points
+
+    cfg = (cfg or GateConfig()).validate()
     ctx.configure()
     name = registry.student_model(surface)
-    with tracked(ctx, f"gate-{surface}", tags={tracking.TAG_SURFACE: surface}):
-        uris = {"challenger": registry.model_uri(name, challenger_version)}
-        if registry.champion_version(name):
-            uris["champion"] = registry.model_uri(name, alias=registry.CHAMPION)
+    uri = registry.model_uri(name, challenger_version)
+    teacher_version = MlflowClient().get_model_version(name, challenger_version).tags.get("teacher_version", "")
+    staged_teacher = decision_from_dict(teacher_gate) if teacher_gate else None
+    with tracked(ctx, f"gate-{name}", tags={tracking.TAG_SURFACE: surface, TAG_MODEL: name,
+                                            TAG_MODEL_VERSION: str(challenger_version)}) as run:
+        uris = {"challenger": uri}
+        current = registry.champion_version(name)
+        if current and current != str(challenger_version):
+            uris["champion"] = registry.model_uri(name, current)
         part, probs = holdout_predictions(uris, surface, eval_features, feast_repo, preset)
         task = list(part.tasks).index(GATE_TASK)
-        holdout = Holdout(labels=part.labels[:, task].numpy().astype("float64"), users=part.user_raw.numpy(),
-                          challenger=probs["challenger"],
-                          no_teacher=recorded_holdout(name, challenger_version, "no_teacher", part, eval_features),
-                          champion=probs.get("champion"))
-        decision = decide_paired(name, challenger_version, {surface: holdout}, cfg or GateConfig())
-        _log_decision(decision)
-    figure("surface", surface)
-    figure("decision", "promote" if decision.promote else "reject")
-    return without_nulls(decision.to_dict())
+        labels = part.labels[:, task].numpy().astype("float64")
+        no_teacher = recorded_holdout(name, challenger_version, "no_teacher", part, eval_features)
+        holdout = Holdout(labels=labels, users=part.user_raw.numpy(), challenger=probs["challenger"],
+                          no_teacher=no_teacher, champion=probs.get("champion"))
+        decision = decide_paired(name, challenger_version, {surface: holdout}, cfg, teacher_version=teacher_version,
+                                 staged_teacher=staged_teacher)
+        decision = replace(decision, gate_run_id=run.info.run_id)
+        plot = {"challenger": probs["challenger"], **({"no-teacher": no_teacher} if no_teacher is not None else {}),
+                **({"champion": probs["champion"]} if "champion" in probs else {})}
+        _log_gate_run(decision, cfg, eval_features, uri, uris.get("champion"), plot, labels)
+    figure("model", name)
+    figure("decision", decision.outcome)
+    return GateResult(decision=without_nulls(decision.to_dict()), roc=roc_points(labels, probs["challenger"]))
 
 
+# -- the run's commit --------------------------------------------------------------------------
 @dataclass(kw_only=True)
 class PromoteResult(StageResult):
-    model_name: str
-    version: str
-    promoted: bool
-    champion_before: str | None
+    teacher: dict  # the teacher's decision as applied ({} when it was not gated)
+    surfaces: list[dict]  # per surface: its distill record, the decision as applied, "decision", "why", "promoted"
     summary: str
 
 
-def promote(decision: dict, ctx: RunContext) -> PromoteResult:
-    """Apply a gate decision: the champion alias moves only if the challenger won; the
-    decision and its figures are recorded either way."""
+def promote(teacher_gate: dict, gated: list[dict], ctx: RunContext) -> PromoteResult:
+    """Apply every decision of the run at once (promotion.commit): the champions move
+    only now, after every step of the run has succeeded."""
+    import mlflow
+
     ctx.configure()
-    parsed = decision_from_dict(decision)
-    with tracked(ctx, f"promote-{parsed.model_name}"):
-        apply_decision(parsed)
-        _log_decision(parsed)
-    figure(parsed.model_name, "promoted" if parsed.promote else "not promoted")
-    return PromoteResult(model_name=parsed.model_name, version=parsed.challenger_version, promoted=parsed.promote,
-                         champion_before=parsed.champion_version, summary=parsed.summary())
+    decisions = ([decision_from_dict(teacher_gate)] if teacher_gate else []) + [
+        decision_from_dict(g["decision"]) for g in gated]
+    final = commit(decisions, Path(ctx.tracking_root) / COMMIT_DIR, pipeline_run_id=ctx.pipeline_run_id,
+                   fault=lambda: fault_point("promote:mid"))
+    applied = {d.model_name: d for d in final}
+    lines = [d.summary() for d in final]
+    if ctx.parent_run_id:
+        client = mlflow.MlflowClient()
+        client.log_dict(ctx.parent_run_id, [without_nulls(d.to_dict()) for d in final], "promotion.json")
+        client.set_tag(ctx.parent_run_id, "gem.promotion",
+                       "; ".join(f"{d.model_name} v{d.challenger_version}: {d.outcome}" for d in final)[:5000])
+    rows = []
+    for g in sorted(gated, key=lambda g: g["distilled"]["surface"]):
+        d = applied[g["decision"]["model_name"]]
+        rows.append({**g["distilled"], "decision": d.outcome, "why": d.reason, "promoted": d.promote,
+                     "champion_before": d.champion_version or "", "gate": without_nulls(d.to_dict())})
+    teacher = without_nulls(applied[decisions[0].model_name].to_dict()) if teacher_gate else {}
+    for d in final:
+        figure(d.model_name, d.outcome)
+    return PromoteResult(teacher=teacher, surfaces=rows, summary="\n".join(lines))

@@ -1,5 +1,7 @@
-"""train: pretrain GEM on the teacher window (or continue the champion's weights),
-register it as ``gem_teacher`` with its data lineage, and gate it against the champion.
+"""train: pretrain GEM on the teacher window (or continue the champion's weights) and
+register it as ``gem_teacher`` (an MLflow pyfunc model, gem/training/pyfunc.py) with its
+data lineage and a description that says what it is and how to load it. Its gate is
+the next step (gem_app/stages/gate.py ``gate_teacher``).
 
 The launcher runs training in this process, under torchrun here, or as a Kubeflow
 Trainer TrainJob. Killed mid-way and rerun, the stage resumes the same MLflow run from
@@ -14,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gem import registry, tracking
+from gem.training.tracking import MODEL_NAME_TAG
 from gem.utils.progress import figure
 from gem_app.stages.context import Reuse, RunContext, StageResult, fault_point, record_path
-from gem_app.stages.features import features_lineage, log_features_input
+from gem_app.stages.features import features_lineage
 
 
 @dataclass(kw_only=True)
@@ -26,7 +29,6 @@ class TrainResult(StageResult):
     model_uri: str
     metrics: dict[str, float] = field(default_factory=dict)
     steps: int = 0
-    promoted: bool = False
 
 
 def _run_id(out_dir: Path, key: dict, ctx: RunContext, window: str, digest: str, init_from: str) -> str:
@@ -39,19 +41,19 @@ def _run_id(out_dir: Path, key: dict, ctx: RunContext, window: str, digest: str,
     client = mlflow.MlflowClient()
     experiment = client.get_experiment_by_name(ctx.experiment)
     run_id = client.create_run(experiment.experiment_id, run_name="train", tags={
-        "mlflow.parentRunId": ctx.parent_run_id, tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
-        tracking.TAG_STAGE: "train", tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
+        **tracking.source_tags(), "mlflow.parentRunId": ctx.parent_run_id,
+        tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, tracking.TAG_STAGE: "train", tracking.TAG_DATA_WINDOW: window,
+        tracking.TAG_DATA_DIGEST: digest, MODEL_NAME_TAG: registry.TEACHER_MODEL,
         **({"gem.init_from": init_from} if init_from else {})}).info.run_id
     started.put({"run_id": run_id})
     return run_id
 
 
-def _log_inputs(run_id: str, features: str, eval_features: str, init_from: str) -> None:
+def _log_inputs(run_id: str, init_from: str) -> None:
+    """The starting weights as the run's model input (the trainer logs the features
+    windows as its datasets)."""
     from gem_app.stages.context import log_model_input
 
-    log_features_input(features, "training", run_id)
-    if eval_features:
-        log_features_input(eval_features, "evaluation", run_id)
     if init_from:
         log_model_input(init_from, run_id)
 
@@ -114,7 +116,7 @@ def _logged_model_uri(run_id: str) -> str:
     run = mlflow.MlflowClient().get_run(run_id)
     models = mlflow.search_logged_models(
         experiment_ids=[run.info.experiment_id], output_format="list",
-        filter_string=f"source_run_id = '{run_id}' AND name = 'model'",
+        filter_string=f"source_run_id = '{run_id}' AND name = '{registry.TEACHER_MODEL}'",
         order_by=[{"field_name": "creation_time", "ascending": False}])
     models = [m for m in models if str(m.status) == "READY"]  # the filter has no status
     if not models:
@@ -131,7 +133,6 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
     from gem.training.config import load_train_config
     from gem.utils.digest import value_digest
     from gem_app.launch import Launcher
-    from gem_app.stages.gate import gate_teacher
 
     out_dir = Path(out)
     window, digest = features_lineage(features)
@@ -146,7 +147,7 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
     if done := reuse.get():
         return TrainResult(**done)
     run_id = _run_id(out_dir, key, ctx, window, digest, init_from)
-    _log_inputs(run_id, features, eval_features, init_from)
+    _log_inputs(run_id, init_from)
     fault_point("train:start")
     metrics, steps = _launch(Launcher.parse(launcher), features, eval_features, out, preset, all_overrides,
                              init_from, run_id)
@@ -154,13 +155,34 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
         _logged_model_uri(run_id), registry.TEACHER_MODEL,
         tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
               tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, registry.FEATURES_DIR_TAG: str(Path(features).resolve())})
+    describe_teacher(str(version.version), window=window, digest=digest, run_id=run_id, init_from=init_from,
+                     features=features)
     fault_point("train:registered")
-    decision = gate_teacher(str(version.version), eval_features, ctx) if eval_features else None
     result = TrainResult(run_id=run_id, model_version=str(version.version),
                          model_uri=registry.model_uri(registry.TEACHER_MODEL, version.version),
-                         metrics=metrics, steps=steps, promoted=bool(decision and decision.promote))
+                         metrics=metrics, steps=steps)
     reuse.put(result.as_dict())
     figure("steps", steps)
     figure("holdout AUC", metrics.get("eval/auc/all/click", float("nan")))
     figure("version", result.model_version)
     return result
+
+
+def describe_teacher(version: str, *, window: str, digest: str, run_id: str, init_from: str, features: str) -> None:
+    """What the teacher version is and how to load it, on the version and the model."""
+    from mlflow import MlflowClient
+
+    from gem.training.pyfunc import load_instructions
+
+    client = MlflowClient()
+    name = registry.TEACHER_MODEL
+    start = f", continued from `{init_from}`" if init_from else ""
+    client.update_model_version(name, version, description=(
+        f"GEM teacher pretrained on the window {window} (features `{Path(features).name}`, digest {digest}) by run "
+        f"{run_id}{start}.\n\n" + load_instructions(registry.model_uri(name, version))))
+    client.update_registered_model(name, description=(
+        "GEM: the ads foundation model (sequence and non-sequence features across surfaces and objectives). "
+        "Each version is pretrained on a teacher window (tags `gem.data_window`, `gem.data_digest`); `@champion` "
+        "is the version the students learn from, moved only by the gate; a version lists its students (tags "
+        "`gem.students.<model>`).\n\n" + load_instructions(f"models:/{name}@champion")))
+

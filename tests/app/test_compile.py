@@ -274,12 +274,13 @@ def test_cache_keys_change_when_and_only_when_content_changes(compiled):
     spec, _ = docs[GEM_YAML]
     params = {"workspace": "/workspace/gem", "data": "/workspace/gem/incoming"}
     first = cache_keys(spec, {**params, "run_id": "run-1"}, CONTENT, "run-1")
-    cached = {t for t in first if not t.endswith(("start-run", "summary"))}
-    assert {"ingest", "train", "knowledge", "feast-materialize", "distill-plan", "for-loop-1/distill",
-            "for-loop-1/gate", "for-loop-1/promote"} <= cached
+    cached = {t for t in first if not t.endswith(("start-run", "promote", "summary"))}
+    assert {"ingest", "train", "gate-teacher", "knowledge", "feast-materialize", "distill-plan",
+            "for-loop-1/distill", "for-loop-1/gate"} <= cached
     again = cache_keys(spec, {**params, "run_id": "run-2"}, CONTENT, "run-2")
     assert {t: first[t] for t in cached} == {t: again[t] for t in cached}  # a rerun reuses every stage
     assert first["summary"] != again["summary"] and first["start-run"] != again["start-run"]
+    assert first["promote"] != again["promote"]  # the run's commit runs in every run
 
     def changed(**content) -> set[str]:
         keys = cache_keys(spec, {**params, "run_id": "run-3"}, {**CONTENT, **content}, "run-3")

@@ -1,5 +1,8 @@
-"""Promotion gate against a real MLflow registry (sqlite): a worse challenger is never
-promoted, a better one is, and the decision is recorded either way."""
+"""The promotion gate against a real MLflow registry (sqlite): floors that refuse a model
+no better than a constant (the shapes issue 27 saw promoted), "not enough evidence"
+with how much is needed, students only from a champion teacher, one vocabulary, and
+promotion as one transaction per run (nothing moves before the commit; a commit killed
+half-way is undone)."""
 
 from __future__ import annotations
 
@@ -7,51 +10,27 @@ import mlflow
 import numpy as np
 import pytest
 from mlflow import MlflowClient
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import log_loss, roc_auc_score
 
 from gem import tracking
-from gem.registry import CHAMPION
-from gem_app.promotion import GateConfig, compare, gate_and_promote
+from gem.registry import CHALLENGER, CHAMPION
+from gem_app.promotion import (
+    KEEP,
+    NOT_ENOUGH_EVIDENCE,
+    PROMOTE,
+    GateConfig,
+    GateDecision,
+    Holdout,
+    commit,
+    compare,
+    compare_paired,
+    decide,
+    decide_paired,
+    decision_from_dict,
+    holdout_figures,
+    recover,
+)
 
-SURFACES = ("feed", "video")
-
-
-def _holdout(seed: int):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(4000, 3))
-    y = (rng.random(4000) < 1 / (1 + np.exp(-(2 * x[:, 0] - 1.5)))).astype(int)
-    surface = rng.integers(0, len(SURFACES), 4000)
-    return x, y, surface
-
-
-def _evaluate(model_uri: str, x, y, surface) -> dict[str, dict[str, float]]:
-    """Per-surface AUC and normalized entropy of a registered model on the holdout."""
-    p = np.clip(mlflow.pyfunc.load_model(model_uri).predict(x).astype(float), 1e-6, 1 - 1e-6)
-    out = {}
-    for s, name in enumerate(SURFACES):
-        m = surface == s
-        base = y[m].mean()
-        entropy = -(base * np.log(base) + (1 - base) * np.log(1 - base))
-        out[name] = {"auc": roc_auc_score(y[m], p[m]), "ne": log_loss(y[m], p[m]) / entropy}
-    return out
-
-
-class _Scores(mlflow.pyfunc.PythonModel):
-    def __init__(self, model, flip: bool):
-        self.model, self.flip = model, flip
-
-    def predict(self, context, model_input, params=None):
-        p = self.model.predict_proba(np.asarray(model_input))[:, 1]
-        return 1 - p if self.flip else p
-
-
-def _register(name: str, x, y, *, flip: bool, features: list[int]) -> str:
-    model = LogisticRegression().fit(x * np.isin(np.arange(3), features), y)
-    with mlflow.start_run():
-        info = mlflow.pyfunc.log_model(name="model", python_model=_Scores(model, flip),
-                                       registered_model_name=name, pip_requirements=["scikit-learn"])
-    return str(info.registered_model_version)
+TEACHER = "gem_teacher"
 
 
 @pytest.fixture()
@@ -61,110 +40,220 @@ def registry(tmp_path):
     mlflow.set_tracking_uri("")  # leave no global state for other tests
 
 
-def test_worse_challenger_is_never_promoted(registry):
-    x, y, _ = _holdout(0)
-    hx, hy, hs = _holdout(1)
-    cfg = GateConfig(min_auc=0.6)
-    name = "student_demo"
-    v1 = _register(name, x, y, flip=False, features=[0])
-    first = gate_and_promote(name, v1, _evaluate(f"models:/{name}/{v1}", hx, hy, hs), None, cfg)
-    assert first.promote and str(registry.get_model_version_by_alias(name, CHAMPION).version) == v1
-
-    worse = _register(name, x, y, flip=True, features=[0])  # deliberately inverted scores
-    champion_metrics = _evaluate(f"models:/{name}@{CHAMPION}", hx, hy, hs)
-    decision = gate_and_promote(name, worse, _evaluate(f"models:/{name}/{worse}", hx, hy, hs), champion_metrics, cfg)
-    assert not decision.promote and not any(v.wins for v in decision.surfaces)
-    assert str(registry.get_model_version_by_alias(name, CHAMPION).version) == v1
-    tags = registry.get_model_version(name, worse).tags
-    assert tags["gate.decision"] == "rejected" and tags["gate.against"] == v1 and "auc" in tags["gate.feed"]
+def _versions(client, name: str, n: int) -> list[str]:
+    """``n`` registered versions of ``name`` (the registry's records only: the gate and
+    the commit never load the model)."""
+    client.create_registered_model(name)
+    return [str(client.create_model_version(name, source=f"file:///nowhere/{name}/{i}").version) for i in range(n)]
 
 
-def test_better_challenger_is_promoted_a_tie_is_not_and_thresholds_apply():
-    better = {"feed": {"auc": 0.75, "ne": 0.90}}
-    champion = {"feed": {"auc": 0.74, "ne": 0.91}}
-    assert compare(better, champion, GateConfig())[0]
-    assert not compare(champion, champion, GateConfig())[0]  # a tie does not pass
-    assert not compare(better, champion, GateConfig(min_auc_gain=0.02))[0]
-    mixed = {"feed": {"auc": 0.75, "ne": 0.90}, "video": {"auc": 0.60, "ne": 1.2}}
-    ref = {"feed": champion["feed"], "video": {"auc": 0.70, "ne": 0.95}}
-    assert not compare(mixed, ref, GateConfig())[0]
-    assert compare(mixed, ref, GateConfig(require_all_surfaces=False))[0]
-    with pytest.raises(ValueError, match="no evaluated surface"):
-        compare({}, None, GateConfig())
+def _aliases(client, name: str) -> dict[str, str]:
+    return {k: str(v) for k, v in client.get_registered_model(name).aliases.items()}
 
 
-def test_promotion_is_compare_and_set(registry):
-    """Two challengers gated against the same champion: the first win moves the alias, the
-    second (never compared with the new champion) is not applied."""
-    from gem_app.promotion import apply_decision, decide
-
-    x, y, _ = _holdout(0)
-    hx, hy, hs = _holdout(1)
-    name, cfg = "student_cas", GateConfig(min_auc=0.6)
-    v1 = _register(name, x, y, flip=False, features=[0])
-    gate_and_promote(name, v1, _evaluate(f"models:/{name}/{v1}", hx, hy, hs), None, cfg)
-    a, b = (_register(name, x, y, flip=False, features=[0, 1]) for _ in range(2))
-    champion = _evaluate(f"models:/{name}@{CHAMPION}", hx, hy, hs)
-    better = {s: {"auc": m["auc"] + 0.01, "ne": m["ne"] - 0.01} for s, m in champion.items()}
-    first, second = decide(name, a, better, champion, cfg), decide(name, b, better, champion, cfg)
-    assert first.promote and second.promote and first.champion_version == second.champion_version == v1
-    assert apply_decision(first).promote
-    applied = apply_decision(second)
-    assert not applied.promote and "champion moved" in applied.stale
-    assert str(registry.get_model_version_by_alias(name, CHAMPION).version) == a
-    assert registry.get_model_version(name, b).tags["gate.decision"] == "rejected"
-
-
-def _paired_holdout(n=6000, seed=3):
+def _world(n=6000, seed=3, base=-2.0):
+    """Holdout rows whose click depends on two features; users repeat."""
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 3))
-    y = (rng.random(n) < 1 / (1 + np.exp(-(1.5 * x[:, 0] + x[:, 1] - 2.0)))).astype(float)
-    users = rng.integers(0, n // 4, n)
-    return x, y, users
+    x = rng.normal(size=(n, 2))
+    p = 1 / (1 + np.exp(-(1.5 * x[:, 0] + x[:, 1] + base)))
+    return x, (rng.random(n) < p).astype(float), rng.integers(0, n // 4, n), p
 
 
-def _fit_predict(x, y, features, shuffle=False):
-    labels = np.random.default_rng(9).permutation(y) if shuffle else y
-    model = LogisticRegression().fit(x[:, features], labels)
-    return model
+def _logistic(x, w):
+    return 1 / (1 + np.exp(-(x @ np.asarray(w, dtype=float) - 2.0)))
 
 
-def test_paired_gate_refuses_a_challenger_trained_on_shuffled_labels_even_as_first_champion():
-    from gem_app.promotion import Holdout, compare_paired
+def test_floors_refuse_what_issue_27_saw_promoted():
+    cfg = GateConfig()
+    # the teacher promoted with holdout NE 1.045 and calibration 1.85 (no champion to beat)
+    teacher = {"all": {"auc": 0.62, "ne": 1.045, "calibration": 1.85, "positives": 275, "negatives": 5642}}
+    promote, (verdict,) = compare(teacher, None, cfg)
+    assert not promote and verdict.outcome == KEEP
+    assert "NE 1.0450 >= 1" in verdict.reason and "calibration 1.85 outside [0.5, 1.5]" in verdict.reason
+    # the same figures with a good NE and calibration pass, and min_auc is the documented 0.55
+    good = {"all": {**teacher["all"], "ne": 0.97, "calibration": 1.02}}
+    assert compare(good, None, cfg)[0] and cfg.min_auc == 0.55
+    assert not compare({"all": {**good["all"], "auc": 0.54}}, None, cfg)[0]
 
-    x, y, _ = _paired_holdout(seed=1)
-    hx, hy, users = _paired_holdout(seed=2)
-    no_teacher = _fit_predict(x, y, [0]).predict_proba(hx[:, [0]])[:, 1]
-    shuffled = _fit_predict(x, y, [0, 1], shuffle=True).predict_proba(hx[:, [0, 1]])[:, 1]
-    good = _fit_predict(x, y, [0, 1]).predict_proba(hx[:, [0, 1]])[:, 1]
-    cfg = GateConfig(bootstrap=300)
-    refused, verdicts = compare_paired({"feed": Holdout(hy, users, shuffled, no_teacher)}, cfg, has_champion=False)
-    assert not refused and "vs no_teacher: lose" in verdicts[0].reason
-    # the old rule (no champion: auc >= min_auc) would have let a weak model through
-    assert compare({"feed": {"auc": 0.56, "ne": 1.5}}, None, GateConfig())[0]
-    assert compare_paired({"feed": Holdout(hy, users, good, no_teacher)}, cfg, has_champion=False)[0]
-    missing, why = compare_paired({"feed": Holdout(hy, users, good, None)}, cfg, has_champion=False)
-    assert not missing and "no predictions" in why[0].reason
+    x, y, users, p = _world()
+    no_teacher = _logistic(x, [1.0, 0.0])
+    # a student whose probabilities are 8x too high: it still ranks better than the
+    # no-teacher student (the paired test alone would promote it); the floors refuse it
+    inflated = np.clip(8 * p, 0, 1)
+    refused, (v,) = compare_paired({"feed": Holdout(y, users, inflated, no_teacher)}, GateConfig(bootstrap=200),
+                                   has_champion=False)
+    assert not refused and v.outcome == KEEP and "beats no_teacher" not in v.reason
+    assert "calibration" in v.reason and "outside [0.5, 1.5]" in v.reason
+    assert compare_paired({"feed": Holdout(y, users, p, no_teacher)}, GateConfig(bootstrap=200),
+                          has_champion=False)[0]
+    # predictions that are not probabilities: above 1, negative, NaN
+    for bad in (p * 3, p - 0.5, np.where(np.arange(len(p)) == 7, np.nan, p)):
+        refused, (v,) = compare_paired({"feed": Holdout(y, users, bad, no_teacher)}, GateConfig(bootstrap=50),
+                                       has_champion=False)
+        assert not refused and "predictions are not finite probabilities in [0, 1]" in v.reason
 
 
-def test_paired_gate_refuses_a_tie_with_the_champion_and_promotes_a_real_win(registry):
-    from gem_app.promotion import Holdout, apply_decision, decide_paired
+def test_too_few_positives_is_not_enough_evidence_and_says_how_many_it_needs():
+    # student_video's holdout: 55 rows, 1 click; and the 15 positives of the real table
+    rng = np.random.default_rng(0)
+    for positives, rows in ((1, 55), (15, 400)):
+        y = np.zeros(rows)
+        y[rng.choice(rows, positives, replace=False)] = 1
+        probs = np.clip(y * 0.6 + rng.random(rows) * 0.1, 0.01, 0.99)  # a perfect ranker, for all that
+        figures = holdout_figures(y, probs)
+        assert figures["positives"] == positives and figures["auc"] == 1.0
+        promote, (v,) = compare({"all": figures}, None, GateConfig())
+        assert not promote and v.outcome == NOT_ENOUGH_EVIDENCE
+        assert f"the holdout has {positives} positive" in v.reason and "needs at least 30 of each" in v.reason
+    assert compare({"all": figures}, None, GateConfig(min_positives=10, max_ne=5, max_calibration=5))[0]
 
-    x, y, _ = _paired_holdout(seed=1)
-    hx, hy, users = _paired_holdout(seed=2)
-    no_teacher = _fit_predict(x, y, [1]).predict_proba(hx[:, [1]])[:, 1]
-    champion = _fit_predict(x, y, [0]).predict_proba(hx[:, [0]])[:, 1]
-    better = _fit_predict(x, y, [0, 1]).predict_proba(hx[:, [0, 1]])[:, 1]
-    name, cfg = "student_paired", GateConfig(bootstrap=300)
-    v1 = _register(name, x, y, flip=False, features=[0])
-    first = apply_decision(decide_paired(name, v1, {"feed": Holdout(hy, users, champion, no_teacher)}, cfg))
-    assert first.promote and first.champion_version is None
-    v2 = _register(name, x, y, flip=False, features=[0])
-    tie = decide_paired(name, v2, {"feed": Holdout(hy, users, champion.copy(), no_teacher, champion)}, cfg)
-    assert not tie.promote and "vs champion: lose" in tie.surfaces[0].reason
-    assert tie.surfaces[0].challenger["vs_champion_auc_lift"] == 0.0
-    assert not apply_decision(tie).promote
-    v3 = _register(name, x, y, flip=False, features=[0, 1])
-    win = apply_decision(decide_paired(name, v3, {"feed": Holdout(hy, users, better, no_teacher, champion)}, cfg))
-    assert win.promote and win.champion_version == v1
-    assert str(registry.get_model_version_by_alias(name, CHAMPION).version) == v3
+
+def test_gate_settings_are_checked_and_logged_as_params():
+    cfg = GateConfig.from_dict({"min_positives": 10.0, "max_ne": 1, "require_champion_teacher": "false"})
+    assert cfg.min_positives == 10 and isinstance(cfg.min_positives, int) and cfg.require_champion_teacher is False
+    params = cfg.params()
+    assert params["gate.min_positives"] == "10" and params["gate.max_ne"] == "1.0" and "gate.min_calibration" in params
+    with pytest.raises(ValueError, match="unknown gate settings \\['min_postives'\\]"):
+        GateConfig.from_dict({"min_postives": 3})
+    with pytest.raises(ValueError, match="max_ne=nan must be a finite number"):
+        GateConfig(max_ne=float("nan")).validate()
+    with pytest.raises(ValueError, match="must bracket 1"):
+        GateConfig(min_calibration=1.2).validate()
+    with pytest.raises(ValueError, match="min_positives=0 must be >= 1"):
+        GateConfig(min_positives=0).validate()
+
+
+def _staged(name: str, version: str, outcome: str = PROMOTE, teacher: str = "", champion: str | None = None,
+            reason: str = "gated") -> GateDecision:
+    return GateDecision(name, version, champion, outcome, reason, teacher_version=teacher,
+                        config={"require_champion_teacher": True})
+
+
+def test_students_only_from_the_champion_teacher(registry):
+    (t1, t2) = _versions(registry, TEACHER, 2)
+    (s1,) = _versions(registry, "student_feed", 1)
+    x, y, users, p = _world()
+    holdout = {"feed": Holdout(y, users, p, _logistic(x, [1.0, 0.0]))}
+    cfg = GateConfig(bootstrap=200)
+    kept = decide_paired("student_feed", s1, holdout, cfg, teacher_version=f"models:/{TEACHER}/{t1}")
+    assert kept.outcome == KEEP and f"teacher {TEACHER} v{t1} is not the champion (none is)" in kept.reason
+    assert "beats no_teacher: AUC lift" in kept.surfaces[0].reason  # it won on the holdout: only the teacher stops it
+    # this run's teacher gate stages its promotion: the student may be promoted with it
+    staged = _staged(TEACHER, t1)
+    assert decide_paired("student_feed", s1, holdout, cfg, teacher_version=f"models:/{TEACHER}/{t1}",
+                         staged_teacher=staged).promote
+    rejected = decide_paired("student_feed", s1, holdout, cfg, teacher_version=f"models:/{TEACHER}/{t1}",
+                             staged_teacher=_staged(TEACHER, t1, KEEP))
+    assert rejected.outcome == KEEP and "not promoted (its gate: keep)" in rejected.reason
+    registry.set_registered_model_alias(TEACHER, CHAMPION, t2)
+    other = decide_paired("student_feed", s1, holdout, cfg, teacher_version=f"models:/{TEACHER}/{t1}")
+    assert not other.promote and f"(v{t2} is)" in other.reason
+    assert decide_paired("student_feed", s1, holdout, cfg, teacher_version=f"models:/{TEACHER}/{t2}").promote
+    unchecked = GateConfig(bootstrap=200, require_champion_teacher=False)
+    assert decide_paired("student_feed", s1, holdout, unchecked, teacher_version=f"models:/{TEACHER}/{t1}").promote
+
+
+def test_nothing_moves_before_the_commit_and_the_commit_moves_every_decision(registry, tmp_path):
+    (t1,) = _versions(registry, TEACHER, 1)
+    feed, video = _versions(registry, "student_feed", 1), _versions(registry, "student_video", 1)
+    teacher = _staged(TEACHER, t1)
+    students = [_staged("student_feed", feed[0], teacher=f"models:/{TEACHER}/{t1}"),
+                _staged("student_video", video[0], NOT_ENOUGH_EVIDENCE, teacher=f"models:/{TEACHER}/{t1}",
+                        reason="the holdout has 1 positive and 54 negatives; needs at least 30 of each")]
+    # staged decisions are values: until the run commits them, no alias exists
+    assert all(not _aliases(registry, n) for n in (TEACHER, "student_feed", "student_video"))
+    applied = commit([teacher, *students], tmp_path / "journal", pipeline_run_id="run-1")
+    assert [d.outcome for d in applied] == [PROMOTE, PROMOTE, NOT_ENOUGH_EVIDENCE]
+    assert _aliases(registry, TEACHER) == {CHAMPION: t1}
+    assert _aliases(registry, "student_feed") == {CHAMPION: feed[0]}
+    assert _aliases(registry, "student_video") == {CHALLENGER: video[0]}
+    tags = registry.get_model_version("student_video", video[0]).tags
+    assert tags["gate.decision"] == NOT_ENOUGH_EVIDENCE and tags["gate.reason"].startswith("the holdout has 1 positive")
+    assert tags["gate.against"] == "none" and tags["gate.pipeline_run_id"] == "run-1"
+    assert not (tmp_path / "journal" / "promotion-journal.json").exists()
+
+    # the next run: its teacher is kept, so its student's staged promotion is not applied
+    (t2,) = [str(registry.create_model_version(TEACHER, source="file:///nowhere/t2").version)]
+    (f2,) = [str(registry.create_model_version("student_feed", source="file:///nowhere/f2").version)]
+    applied = commit([_staged(TEACHER, t2, KEEP, champion=t1),
+                      _staged("student_feed", f2, teacher=f"models:/{TEACHER}/{t2}", champion=feed[0])],
+                     tmp_path / "journal")
+    assert applied[1].outcome == KEEP and f"teacher {TEACHER} v{t2} is not the champion after this run" \
+        in applied[1].reason
+    assert _aliases(registry, "student_feed") == {CHAMPION: feed[0], CHALLENGER: f2}
+    assert registry.get_model_version("student_feed", f2).tags["gate.decision"] == KEEP
+
+
+def test_a_win_against_a_champion_that_moved_is_not_applied(registry, tmp_path):
+    v1, a, b = _versions(registry, "student_cas", 3)
+    commit([_staged("student_cas", v1)], tmp_path)
+    first, second = _staged("student_cas", a, champion=v1), _staged("student_cas", b, champion=v1)
+    assert commit([first], tmp_path)[0].promote
+    late = commit([second], tmp_path)[0]
+    assert late.outcome == KEEP and "champion moved from v1 to v2" in late.stale and late.reason.startswith(
+        "champion moved")
+    assert str(registry.get_model_version_by_alias("student_cas", CHAMPION).version) == a
+    assert commit([first], tmp_path)[0].promote  # applied again (a rerun): changes nothing
+
+
+def test_a_commit_killed_half_way_is_undone(registry, tmp_path):
+    (t1,) = _versions(registry, TEACHER, 1)
+    old, new = _versions(registry, "student_feed", 2)
+    registry.set_registered_model_alias("student_feed", CHAMPION, old)
+    journal = tmp_path / "journal"
+
+    def die():
+        raise KeyboardInterrupt("killed between two alias moves")
+
+    with pytest.raises(KeyboardInterrupt):
+        commit([_staged(TEACHER, t1), _staged("student_feed", new, teacher=f"models:/{TEACHER}/{t1}", champion=old)],
+               journal, pipeline_run_id="killed", fault=die)
+    assert _aliases(registry, TEACHER) == {CHAMPION: t1}  # half-way: the teacher moved
+    undone = recover(journal)
+    assert undone["pipeline_run_id"] == "killed"
+    assert _aliases(registry, TEACHER) == {}
+    assert _aliases(registry, "student_feed") == {CHAMPION: old}
+    assert recover(journal) is None  # once
+
+
+def test_decisions_round_trip_through_kfp_and_the_teacher_gate_is_a_comparison(registry):
+    (v1, v2) = _versions(registry, TEACHER, 2)
+    figures = {"auc": 0.70, "ne": 0.95, "calibration": 1.0, "positives": 80, "negatives": 900}
+    first = decide(TEACHER, v1, {"all": figures}, None, GateConfig())
+    assert first.outcome == PROMOTE and first.champion_version is None
+    registry.set_registered_model_alias(TEACHER, CHAMPION, v1)
+    tie = decide(TEACHER, v2, {"all": figures}, {"all": figures}, GateConfig())
+    assert tie.outcome == KEEP and "gain +0.0000, needs > 0" in tie.reason
+    better = decide(TEACHER, v2, {"all": {**figures, "auc": 0.72, "ne": 0.94}}, {"all": figures}, GateConfig())
+    assert better.promote and better.champion_version == v1
+    raw = {k: ("" if v is None else v) for k, v in better.to_dict().items()}  # kfp turns None into ""
+    again = decision_from_dict(raw)
+    assert again == better and again.promote
+    rerun = decide(TEACHER, v1, {"all": figures}, {"all": figures}, GateConfig())
+    assert rerun.promote and rerun.reason.startswith("already the champion")
+
+
+@pytest.mark.parametrize("refresh", [False, True])
+def test_the_pipeline_commits_once_after_the_teacher_gate_and_every_surface_gate(tmp_path, refresh):
+    """The graph of a run: no step before ``promote`` moves an alias (train registers,
+    gate-teacher and each surface's gate stage decisions), and ``promote`` waits for the
+    teacher's gate and the whole students' loop; so a failure anywhere before it (a
+    distill after the teacher gate, one surface's gate after another passed) runs no
+    commit at all. tests/app/test_e2e.py runs it; benchmarks/reliability_bench.py
+    injects those failures into a real run."""
+    import yaml
+    from kfp import compiler
+
+    from gem_app.pipelines.gem_pipeline import make_gem_pipeline
+    from gem_app.pipelines.settings import UNCACHED
+
+    path = tmp_path / "pipeline.yaml"
+    compiler.Compiler().compile(make_gem_pipeline(None, refresh=refresh), str(path))
+    spec = yaml.safe_load(path.read_text())
+    root = spec["root"]["dag"]["tasks"]
+    assert {"gate-teacher", "for-loop-1"} <= set(root["promote"]["dependentTasks"])
+    assert "promote" in root["summary"]["dependentTasks"]
+    loop = spec["components"][root["for-loop-1"]["componentRef"]["name"]]["dag"]["tasks"]
+    assert set(loop) == {"distill", "gate"}  # no per-surface promotion
+    assert "gate-teacher" in root["distill-plan"]["dependentTasks"]  # students learn the teacher's decision
+    assert "promote" in UNCACHED  # a cluster run never replays an old commit from the cache

@@ -4,7 +4,11 @@ the paired gate's evidence and refusals."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlflow
+import numpy as np
+import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
@@ -68,16 +72,66 @@ def test_paired_gate_reads_the_no_teacher_evidence_and_refuses_a_tie(world, stag
 
     root, ctx = stage_run
     version = _distill(world, root, ctx).version
-    cfg = GateConfig(bootstrap=200)
+    # the tiny world's holdout is small: lower the evidence floor to reach the comparisons
+    cfg = GateConfig(bootstrap=200, min_positives=1, min_negatives=1)
     first = gate("feed", version, str(world.features["eval"]), str(world.repo), ctx, cfg, preset="default")
-    verdict = first["surfaces"][0]
-    assert "vs no_teacher" in verdict["reason"] and "no predictions" not in verdict["reason"]
-    assert "vs_no_teacher_auc_lift_lo" in verdict["challenger"] and not first["champion_version"]
-    # make it champion by hand, then gate the same model again: a tie never passes
+    verdict = first.decision["surfaces"][0]
+    assert "no predictions" not in verdict["reason"] and "vs_no_teacher_auc_lift_lo" in verdict["challenger"]
+    assert not first.decision["champion_version"] and first.roc["fpr"]
+    # its teacher lives in another registry: never the champion here, so never promoted
+    assert first.decision["outcome"] == "keep" and "teacher gem-teacher-test" in first.decision["reason"]
+    run = MlflowClient().get_run(first.decision["gate_run_id"])
+    assert run.data.tags["mlflow.note.content"] == f"keep: {first.decision['reason']}"
+    assert run.data.params["gate.min_positives"] == "1" and run.data.tags["gem.model"] == "student_feed"
+    assert {"holdout/positives", "challenger/auc", "no_teacher/auc", "vs_no_teacher/auc_lift_lo"} <= set(
+        run.data.metrics)
+    # the same weights as a second version, gated against the first made champion: a tie never passes
     ctx.configure()
-    MlflowClient().set_registered_model_alias("student_feed", registry.CHAMPION, version)
-    tie = decision_from_dict(gate("feed", version, str(world.features["eval"]), str(world.repo), ctx, cfg,
-                                  preset="default"))
-    assert not tie.promote and "vs champion: lose" in tie.surfaces[0].reason
+    client = MlflowClient()
+    client.set_registered_model_alias("student_feed", registry.CHAMPION, version)
+    twin = mlflow.register_model(client.get_model_version("student_feed", version).source, "student_feed").version
+    tie = decision_from_dict(gate("feed", str(twin), str(world.features["eval"]), str(world.repo), ctx, cfg,
+                                  preset="default").decision)
+    assert not tie.promote and "vs champion: AUC lift +0.0000" in tie.surfaces[0].reason
     assert tie.surfaces[0].challenger["vs_champion_auc_lift"] == 0.0
     assert not apply_decision(tie).promote
+    client.delete_registered_model_alias("student_feed", registry.CHAMPION)
+
+
+def test_a_champion_student_loads_through_mlflow_pyfunc_and_scores_a_window(world, stage_run):
+    """models:/student_feed@champion loads with mlflow.pyfunc (signature, input example,
+    the weights digest-checked and read weights-only: an altered file is refused) and
+    scores a features window as the gate does."""
+    from gem.model.store import ModelStoreError
+    from gem_app.promotion import PROMOTE, GateDecision, apply_decision
+    from gem_app.stages.gate import holdout_predictions
+
+    root, ctx = stage_run
+    version = _distill(world, root, ctx).version
+    ctx.configure()
+    applied = apply_decision(GateDecision("student_feed", version, None, PROMOTE, "promoted by the test"))
+    assert applied.promote
+    model = mlflow.pyfunc.load_model("models:/student_feed@champion")
+    inputs = model.metadata.get_input_schema().input_names()
+    assert inputs == ["features", "feast_repo"] and "p_click" in model.metadata.get_output_schema().input_names()
+    assert model.input_example is not None  # logged with an example, which MLflow scored once
+    preds = model.predict(pd.DataFrame({"features": [str(world.features["eval"])], "feast_repo": [str(world.repo)]}))
+    part, probs = holdout_predictions({"c": "models:/student_feed@champion"}, "feed", str(world.features["eval"]),
+                                      str(world.repo), "default")
+    assert len(preds) == len(part) > 0 and set(preds["surface"]) == {"feed"}
+    assert np.allclose(preds["p_click"].to_numpy(), probs["c"], atol=1e-6)
+    assert (preds["example_id"].to_numpy() == part.example_id.numpy()).all()
+    client = MlflowClient()
+    assert "mlflow.pyfunc.load_model" in client.get_registered_model("student_feed").description
+    assert client.get_model_version("student_feed", version).tags["gate.decision"] == PROMOTE
+    # the stored weights altered: loading refuses them (digest), nothing is unpickled
+    mv = client.get_model_version("student_feed", version)
+    stored = Path(mlflow.get_logged_model(mv.source.removeprefix("models:/")).artifact_location.removeprefix("file://"))
+    weights = next(stored.rglob("weights.pt"))
+    original = weights.read_bytes()
+    try:
+        weights.write_bytes(original[:-8] + bytes(8))
+        with pytest.raises(ModelStoreError, match="does not match digests.json"):
+            mlflow.pyfunc.load_model(f"models:/student_feed/{version}")
+    finally:
+        weights.write_bytes(original)
