@@ -16,6 +16,7 @@ element of a list), here and by ``check_ranges`` for configs built in code.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import math
 import re
 import types
@@ -108,8 +109,8 @@ def load_config(cls: type[T], *, section: str | None = None, preset: str | None 
             raise ConfigError(f"override {item!r} must look like key.sub=value")
         try:
             parsed = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"override {item!r}: the value is not a YAML scalar ({exc})") from exc
+        except (yaml.YAMLError, ValueError) as exc:  # ValueError: a date-like value that is no date
+            raise ConfigError(f"override {item!r}: not a valid value ({str(exc).splitlines()[0]})") from exc
         raw = _merge(raw, _nest(key.split("."), parsed))
     return from_dict(cls, raw)
 
@@ -163,6 +164,8 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         return float(value)
     if hint is float and isinstance(value, str) and _NUMBER.match(value.strip()):
         return float(value)  # 1e-4: YAML 1.1 reads an exponent without a dot as a string
+    if hint is str and isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()  # YAML reads 2026-01-05 as a date
     if hint is float and isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     if hint in (int, float, str, bool) and not isinstance(value, hint):
@@ -175,11 +178,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: config file not found")
     try:
         data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: a date-like value that is no date
         mark = getattr(exc, "problem_mark", None)
-        at = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        at = f": line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}:{at}: not valid YAML ({problem})") from exc
+        raise ConfigError(f"{path}{at}: not valid YAML ({problem})") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
     return data

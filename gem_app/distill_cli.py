@@ -35,12 +35,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gem.data.contract import check_run_inputs
     from gem.features.loader import read_manifest
     from gem_app.stages.context import RunContext
     from gem_app.stages.distill import distill, distill_plan
 
     available = read_manifest(args.train)["dataset"]["surfaces"]
     wanted = [s for s in args.surfaces.split(",") if s] or available
+    check_run_inputs(None, wanted)  # names that become files and MLflow names: safe, before any work
     jobs = distill_plan("", wanted, available)
     run_id = dt.datetime.now(dt.timezone.utc).strftime("distill-%Y%m%dT%H%M%S%f")
     ctx = RunContext(pipeline_run_id=run_id, tracking_root=str(args.out.resolve()))

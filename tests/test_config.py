@@ -45,7 +45,7 @@ def test_numbers_in_exponent_form_parse_as_floats_from_set_and_yaml(tmp_path):
     ("optim.dense_lr=.nan", "optim.dense_lr: expected a finite number"),
     ("optim.dense_lr=nan", "expected float, got 'nan'"),
     ("optim.dense_lr=.inf", "expected a finite number"),
-    ("optim.dense_lr=0", r"optim.dense_lr=0.0: must be > 0"),
+    ("optim.dense_lr=-1e-3", r"optim.dense_lr=-0.001: must be >= 0"),
     ("max_steps=-5", "max_steps=-5: must be >= 0"),
     ("epochs=0", "epochs=0: must be > 0"),
     ("batch_size=-1", "batch_size=-1: must be > 0"),
@@ -54,7 +54,7 @@ def test_numbers_in_exponent_form_parse_as_floats_from_set_and_yaml(tmp_path):
     ("optim.min_lr_ratio=2", "optim.min_lr_ratio=2.0: must be >= 0 and <= 1"),
     ("optim.betas=[0.9, 1.5]", "optim.betas"),
     ("optim.lr_decay=step", "optim.lr_decay='step' must be one of"),
-], ids=["nan-yaml", "nan-word", "inf", "zero-lr", "negative-steps", "zero-epochs", "negative-batch",
+], ids=["nan-yaml", "nan-word", "inf", "negative-lr", "negative-steps", "zero-epochs", "negative-batch",
         "zero-task-weights", "negative-task-weight", "lr-ratio-above-1", "beta-above-1", "unknown-decay"])
 def test_training_numbers_are_range_checked_before_any_work(override, message):
     """Issue 28 item 6: max_steps=-5 wrote an untrained model, task_weights=[0,0]
@@ -85,3 +85,20 @@ def test_malformed_yaml_names_the_file_and_line(tmp_path):
     path.write_text("users: 10\ndays: [1, 2\n")
     with pytest.raises(ConfigError, match=r"bad.yaml: line \d+, column \d+: not valid YAML"):
         load_config(SimulatorConfig, path=path)
+
+
+def test_dates_in_yaml_are_strings_of_the_config_and_a_bad_one_is_named(tmp_path):
+    """YAML reads 2026-01-05 as a date (the str field took it as a type error) and
+    2026-13-05 as a ValueError traceback (issue 28 item 9: a bad date)."""
+    from gem.data.simulate import simulate
+
+    assert load_config(SimulatorConfig, overrides=["start_date=2026-01-05"]).start_date == "2026-01-05"
+    with pytest.raises(ConfigError, match=r"override 'start_date=2026-13-05': not a valid value \(month"):
+        load_config(SimulatorConfig, overrides=["start_date=2026-13-05"])
+    path = tmp_path / "sim.yaml"
+    path.write_text("start_date: 2026-13-05\n")
+    with pytest.raises(ConfigError, match=r"sim.yaml: not valid YAML \(month must be in 1..12\)"):
+        load_config(SimulatorConfig, path=path)
+    with pytest.raises(ConfigError, match="start_date='2026-1-5x' is not an ISO-8601 day"):
+        simulate(SimulatorConfig(start_date="2026-1-5x"), tmp_path / "never")
+    assert not (tmp_path / "never").exists()

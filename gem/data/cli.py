@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                              "Ciao folder (ratings.csv.gz)")
     conv.add_argument("out", type=Path, help="output dataset directory")
     conv.add_argument("--seed", type=int, default=0, help="taobao: negative-sampling seed")
-    conv.add_argument("--negatives-per-click", type=int, default=1, help="taobao: sampled unclicked impressions")
+    conv.add_argument("--negatives-per-click", type=count(0), default=1, help="taobao: sampled unclicked impressions")
     conv.add_argument("--label", choices=("pv", "action"), default="pv",
                       help="taobao: pv = a page view is a click (default); action = click is cart/fav/buy within "
                            "3 days of the page view, known at that time (no synthetic negatives)")

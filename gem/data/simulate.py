@@ -162,6 +162,10 @@ def _check(cfg: SimulatorConfig) -> None:
     from gem.config import ConfigError
 
     check_ranges(cfg)
+    try:
+        dt.datetime.fromisoformat(cfg.start_date)
+    except ValueError:
+        raise ConfigError(f"start_date={cfg.start_date!r} is not an ISO-8601 day (e.g. 2026-01-01)") from None
     if len(cfg.ad_rate_by_surface) != len(SURFACES):
         raise ConfigError(
             f"ad_rate_by_surface has {len(cfg.ad_rate_by_surface)} entries; one per surface {SURFACES}"

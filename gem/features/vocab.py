@@ -152,4 +152,5 @@ def check_vocabularies(model_digests: dict[str, str], window_digests: dict[str, 
         f"{model} was trained with vocabularies {vocabulary_digest(model_digests)}, {window} was built with "
         f"{vocabulary_digest(window_digests)} (differ: {', '.join(differ)}): its ids mean other users, items or "
         "attributes. Build the window with the model's vocabularies (features --set vocab_from=<the model's "
-        "training window>) or use a model trained with this window's")
+        "training window>), use a model trained with this window's, or keep another dataset in another "
+        "workspace (MLflow store)")

@@ -15,10 +15,10 @@ DECAYS = ("none", "linear", "cosine")  # optim.lr_decay
 
 @dataclass(kw_only=True)
 class OptimConfig:
-    dense_lr: float = ranged(1e-3, gt=0)
+    dense_lr: float = ranged(1e-3, ge=0)  # 0: the dense part stays as initialised (e.g. init_from)
     weight_decay: float = ranged(0.0, ge=0)
     betas: list[float] = ranged(default_factory=lambda: [0.9, 0.999], ge=0, lt=1)
-    embedding_lr: float = ranged(0.05, gt=0)  # fused row-wise Adagrad on the torchrec tables
+    embedding_lr: float = ranged(0.05, ge=0)  # fused row-wise Adagrad on the torchrec tables
     embedding_eps: float = ranged(1e-8, gt=0)
     grad_clip: float = ranged(0.0, ge=0)  # dense max-norm; 0 disables
     warmup_steps: int = ranged(0, ge=0)

@@ -109,9 +109,9 @@ def test_train_fits_only_the_train_ids_and_evaluates_the_validation_ids(features
     assert run.data.params["split.train_examples"] == str(len(want["train"]))
     assert run.data.params["split.eval_part"] == "validation"
     assert run.data.metrics["eval/count/all/click"] == len(want["validation"])
-    with pytest.raises(SystemExit, match="not both"):
-        main(["train", "--features", str(features_dir), "--out", str(tmp_path / "x"), "--cut", "2026-01-03",
-              "--split-file", str(path)])
+    assert main(["train", "--features", str(features_dir), "--out", str(tmp_path / "x"), "--cut", "2026-01-03",
+                 "--split-file", str(path)]) == 2  # a user error: one line, exit 2
+    assert "give --cut or --split-file, not both" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no example in part 'train'"):
         trainer.make_loader(str(features_dir), trainer.TrainConfig(), train=True, part="train",
                             split=Split.from_options(["1990-01-01"]))
