@@ -102,21 +102,24 @@ def test_continued_pretraining_refuses_another_vocabulary(tiny_teacher, smaller_
 
 def test_the_gate_refuses_a_champion_of_another_dataset_in_the_same_store(tiny_teacher, smaller_features, tmp_path):
     """Two datasets sharing one MLflow store: the teacher gate scores dataset A's
-    champion on B's holdout through gate._teacher_holdout (library evaluate)."""
+    champion on B's holdout (the gate's own scoring function)."""
     import mlflow
     from mlflow import MlflowClient
 
     from gem import registry, tracking
     from gem.model.store import log_model
-    from gem_app.stages.gate import _teacher_holdout
+    from gem_app.stages import gate
+
+    # teacher_predictions (issue 27's gate) replaces _teacher_holdout (library evaluate)
+    score = getattr(gate, "teacher_predictions", None) or gate._teacher_holdout
 
     tracking.configure(tmp_path, experiment=registry.EXPERIMENT)
     with mlflow.start_run():
         log_model(tiny_teacher, registered_name=registry.TEACHER_MODEL)
     MlflowClient().set_registered_model_alias(registry.TEACHER_MODEL, registry.CHAMPION, "1")
     champion = registry.model_uri(registry.TEACHER_MODEL, alias=registry.CHAMPION)
-    with pytest.raises(VocabularyMismatch, match="models:/gem_teacher/1 was trained with vocabularies"):
-        _teacher_holdout(champion, str(smaller_features))
+    with pytest.raises(VocabularyMismatch, match="models:/gem_teacher.* was trained with vocabularies"):
+        score(champion, str(smaller_features))
 
 
 def test_a_model_without_recorded_vocabularies_is_refused_unless_allowed(tiny_teacher, tiny_features, tmp_path,
