@@ -1,13 +1,26 @@
 """Reliability: the defect cases of tests/reliability, and fault injection on the real
 pipeline.
 
-Fault injection: one uninterrupted `gem pipeline run --preset tiny` on a fixed simulated
-dataset is the reference. Then, for each fault point, a fresh workspace runs the same
-pipeline with ``GEM_FAULT=<point>`` (the whole run dies by SIGKILL there, see
-gem_app/stages/context.py ``fault_point``) or is killed from outside mid-training, and is
-rerun without the fault. The rerun must succeed, and its summary and registry (versions
-per model, champion aliases) must equal the reference's. A rerun that succeeds with a
-different result is a silent loss (goal: 0).
+Fault injection: one uninterrupted pipeline run (the `tiny` preset, surfaces feed and
+video, on a fixed simulated dataset) is the reference. Its gate settings are lenient
+(``BENCH_GATE``: the tiny holdout has too few clicks for the real floors), so that the
+run promotes the teacher and both students and a failure has champions to move. Then,
+for each fault point, a fresh workspace runs the same pipeline with
+``GEM_FAULT=<point>`` (the whole run dies by SIGKILL there, see
+gem_app/stages/context.py ``fault_point``; ``fail@<point>``: the step fails there with
+an error) or is killed from outside mid-training, and is rerun without the fault.
+
+- Every faulted run must leave the registry's aliases exactly as they were before it
+  (none, in a fresh workspace): promotion is one commit per run. A fault that moved an
+  alias is a "moved aliases" outcome (goal: 0).
+- The rerun must succeed, and its summary and registry (versions per model, aliases)
+  must equal the reference's. A rerun that succeeds with a different result is a
+  silent loss (goal: 0).
+
+The failure cases of issue 28: ``fail@distill-video:mid`` (a surface's distill fails
+after the teacher's gate decided to promote it) and ``fail@gate-student_video:decided``
+(one surface's gate fails; the case records whether the other surface's gate had
+passed by then).
 
     python -m benchmarks.reliability_bench [--points ingest:recorded,train:registered,...]
 
@@ -29,15 +42,24 @@ from pathlib import Path
 
 from benchmarks.results import print_table, write_result
 
-POINTS = ("ingest:recorded", "features-teacher:mid", "train:start", "train:registered", "knowledge:mid",
-          "distill:registered", "gate-feed:mid", "feed:recorded", "external:mid-train")
+POINTS = ("ingest:recorded", "features-teacher:mid", "train:start", "train:registered", "gate-gem_teacher:mid",
+          "knowledge:mid", "distill:registered", "gate-student_feed:mid", "feed:recorded", "promote:mid",
+          "external:mid-train", "fail@distill-video:mid", "fail@gate-student_video:decided")
 SURFACES = "feed,video"
+# the tiny run's holdout has a handful of clicks: the real floors would promote nothing
+BENCH_GATE = {"min_positives": 1, "min_negatives": 1, "max_ne": 10.0, "min_calibration": 0.0,
+              "max_calibration": 100.0, "min_auc": 0.0, "min_auc_gain": -1.0, "max_ne_increase": 10.0}
+# `python -m gem pipeline run --preset tiny --surfaces feed,video` with the bench's gate settings
+RUNNER = ("import json, sys; from gem_app.pipelines.local import run_gem_pipeline; "
+          "run_gem_pipeline(sys.argv[1], **json.loads(sys.argv[2]))")
 
 
 def _pipeline(workspace: Path, data: Path, fault: str = "") -> subprocess.CompletedProcess:
+    from gem_app.pipelines.local import PRESETS
+
     env = {**os.environ, "GEM_FAULT": fault} if fault else dict(os.environ)
-    cmd = [sys.executable, "-m", "gem", "pipeline", "run", "--workspace", str(workspace), "--data", str(data),
-           "--preset", "tiny", "--surfaces", SURFACES]
+    params = {**PRESETS["tiny"], "data": str(data), "surfaces": SURFACES.split(","), "gate_settings": BENCH_GATE}
+    cmd = [sys.executable, "-c", RUNNER, str(workspace), json.dumps(params)]
     if fault != "external:mid-train":
         return subprocess.run(cmd, env=env, capture_output=True, text=True, start_new_session=True)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -51,8 +73,23 @@ def _pipeline(workspace: Path, data: Path, fault: str = "") -> subprocess.Comple
     return subprocess.CompletedProcess(cmd, -9, "", "")
 
 
+def aliases(workspace: Path) -> dict:
+    """Every registered model's aliases (alias -> version) in the workspace's store."""
+    import mlflow
+
+    from gem import registry, tracking
+
+    if not (workspace / "mlflow.db").is_file():
+        return {}
+    tracking.configure(workspace, experiment=registry.EXPERIMENT)
+    models = mlflow.MlflowClient().search_registered_models()
+    found = {m.name: {k: str(v) for k, v in m.aliases.items()} for m in models}
+    mlflow.set_tracking_uri("")
+    return {name: moved for name, moved in found.items() if moved}
+
+
 def snapshot(workspace: Path) -> dict:
-    """What must not differ: the summary's figures and the registry's state."""
+    """What must not differ: the summary's figures and decisions and the registry's state."""
     import mlflow
 
     from gem import registry, tracking
@@ -64,9 +101,44 @@ def snapshot(workspace: Path) -> dict:
     models = {}
     for model in client.search_registered_models():
         versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{model.name}'"))
-        models[model.name] = {"versions": versions, "champion": registry.champion_version(model.name)}
+        models[model.name] = {"versions": versions, "aliases": {k: str(v) for k, v in model.aliases.items()}}
     mlflow.set_tracking_uri("")
     return {"rows": rows, "registry": models}
+
+
+def other_gate_passed(workspace: Path, failed: str = "student_video") -> bool:
+    """Whether a surface's gate other than ``failed``'s finished with decision promote
+    before the failing gate's run ended (the case "one surface's gate fails after another
+    surface passed")."""
+    import mlflow
+
+    from gem import registry, tracking
+
+    tracking.configure(workspace, experiment=registry.EXPERIMENT)
+    runs = {r.info.run_name: r for r in mlflow.search_runs(experiment_names=[registry.EXPERIMENT],
+                                                           output_format="list")}
+    mlflow.set_tracking_uri("")
+    failing = runs.get(f"gate-{failed}")
+    ended = failing.info.end_time if failing and failing.info.end_time else float("inf")
+    return any(name.startswith("gate-student_") and name != f"gate-{failed}" and r.info.status == "FINISHED"
+               and r.data.tags.get("gate.decision") == "promote" and (r.info.end_time or 0) <= ended
+               for name, r in runs.items())
+
+
+def fault_case(ws: Path, data: Path, point: str, reference: dict) -> dict:
+    """One fault point: the faulted run (killed or failing there), then the rerun."""
+    killed = _pipeline(ws, data, point)
+    after_fault = aliases(ws)  # a fresh workspace: no alias may exist
+    case = {"case": f"fault:{point}", "killed_rc": killed.returncode, "aliases_after_fault": after_fault}
+    if point.startswith("fail@gate-"):
+        case["other_surface_passed"] = other_gate_passed(ws)
+    rerun = _pipeline(ws, data)
+    ok = rerun.returncode == 0 and (ws / "summary.json").is_file()
+    same = ok and snapshot(ws) == reference
+    outcome = ("fault not reached" if killed.returncode == 0 else "moved aliases" if after_fault
+               else "passed" if same else "silent loss" if ok else "failed")
+    return {**case, "rerun_rc": rerun.returncode, "outcome": outcome,
+            "stderr_tail": "" if ok else rerun.stderr[-1500:]}
 
 
 def reliability_tests(out: Path) -> dict:
@@ -115,29 +187,27 @@ def main(argv: list[str] | None = None) -> int:
             print(reference_run.stderr[-3000:], file=sys.stderr)
             return 1
         reference = snapshot(tmp / "reference")
+        if not all(m["aliases"].get("champion") for m in reference["registry"].values()):
+            print(f"the reference run did not promote every model: {reference['registry']}", file=sys.stderr)
+            return 1
         faults = []
         for point in points:
-            ws = tmp / point.replace(":", "_")
-            killed = _pipeline(ws, data, point)
-            rerun = _pipeline(ws, data)
-            ok = rerun.returncode == 0 and (ws / "summary.json").is_file()
-            same = ok and snapshot(ws) == reference
-            faults.append({"case": f"fault:{point}", "killed_rc": killed.returncode, "rerun_rc": rerun.returncode,
-                           "outcome": "passed" if same else ("silent loss" if ok else "failed"),
-                           "stderr_tail": "" if ok else rerun.stderr[-1500:]})
+            faults.append(fault_case(tmp / point.replace(":", "_").replace("@", "_"), data, point, reference))
             print(f"[reliability] {point}: {faults[-1]['outcome']}", flush=True)
     cases = tests["cases"] + faults
     figures = {"cases_tried": len(cases), "cases_passed": sum(c["outcome"] == "passed" for c in cases),
                "silent_losses": sum(c["outcome"] == "silent loss" for c in cases),
+               "faults_that_moved_aliases": sum(c["outcome"] == "moved aliases" for c in faults),
                "silent_wrong_results": sum(c["outcome"] == "silent wrong result" for c in cases),
                "unclear_errors": sum(c["outcome"] == "unclear error" for c in cases),
                "fault_points": len(faults), "fault_points_passed": sum(c["outcome"] == "passed" for c in faults),
                "defect_tests": tests["tried"], "defect_tests_passed": tests["passed"], "cases": cases,
                "seconds": time.perf_counter() - started}
-    path = write_result("reliability", figures, sizes={"pipeline": "tiny", "simulator_days": 4, "surfaces": SURFACES})
+    path = write_result("reliability", figures, sizes={"pipeline": "tiny", "simulator_days": 4, "surfaces": SURFACES,
+                                                       "gate_settings": BENCH_GATE})
     print_table(f"reliability ({path})", [(k, figures[k]) for k in (
         "cases_tried", "cases_passed", "silent_losses", "silent_wrong_results", "unclear_errors",
-        "fault_points_passed", "defect_tests_passed")])
+        "faults_that_moved_aliases", "fault_points_passed", "defect_tests_passed")])
     return 0 if figures["cases_passed"] == figures["cases_tried"] else 1
 
 

@@ -187,5 +187,8 @@ def log_features_input(features: str, context: str, run_id: str | None = None) -
     source = resolve_dataset_source(str(Path(features).resolve()))
     dataset = MetaDataset(source, name=f"features/{Path(features).name}", digest=digest)
     tags = {"mlflow.data.context": context, tracking.TAG_DATA_WINDOW: window}
+    examples = json.loads((Path(features) / "manifest.json").read_text()).get("counts", {}).get("examples")
+    if examples is not None:
+        tags["num_examples"] = str(examples)  # as the trainer's dataset inputs say it
     entity = DatasetInput(dataset._to_mlflow_entity(), [InputTag(k, v) for k, v in tags.items()])
     mlflow.MlflowClient().log_inputs(run_id or mlflow.active_run().info.run_id, datasets=[entity])

@@ -231,6 +231,7 @@ def gate(surface: str, challenger_version: str, eval_features: str, feast_repo: 
         plot = {"challenger": probs["challenger"], **({"no-teacher": no_teacher} if no_teacher is not None else {}),
                 **({"champion": probs["champion"]} if "champion" in probs else {})}
         _log_gate_run(decision, cfg, eval_features, uri, uris.get("champion"), plot, labels)
+    fault_point(f"gate-{name}:decided")
     figure("model", name)
     figure("decision", decision.outcome)
     return GateResult(decision=without_nulls(decision.to_dict()), roc=roc_points(labels, probs["challenger"]))

@@ -257,3 +257,14 @@ def test_the_pipeline_commits_once_after_the_teacher_gate_and_every_surface_gate
     assert set(loop) == {"distill", "gate"}  # no per-surface promotion
     assert "gate-teacher" in root["distill-plan"]["dependentTasks"]  # students learn the teacher's decision
     assert "promote" in UNCACHED  # a cluster run never replays an old commit from the cache
+
+
+def test_an_injected_failure_is_an_error_at_its_point(monkeypatch):
+    """``GEM_FAULT=fail@<point>``: the fault suite's failures (a distill after the teacher
+    gate, one surface's gate) raise there; other points pass."""
+    from gem_app.stages.context import FAULT_ENV, InjectedFault, fault_point
+
+    monkeypatch.setenv(FAULT_ENV, "fail@gate-student_video:decided")
+    fault_point("gate-student_feed:decided")
+    with pytest.raises(InjectedFault, match="injected failure at gate-student_video:decided"):
+        fault_point("gate-student_video:decided")
