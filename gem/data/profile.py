@@ -15,6 +15,7 @@ vocabulary.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -93,67 +94,173 @@ def _day_of(path: Path) -> int | None:
         return None
 
 
-def profile_dataset(data_dir: str | Path, *, start_us: int | None = None, end_us: int | None = None) -> DataProfile:
-    """Scan the events of ``data_dir`` (only those in [start_us, end_us) when given;
-    files of days outside that window are not read)."""
-    data_dir = Path(data_dir)
-    manifest = Manifest.read(data_dir)
-    declared = list(manifest.surfaces)
+ROLE_NAMES = ("both", "history", "example")
+COLUMNS = ("surface", "is_ad", "click", "conversion", "event_time", "click_time", "role")
+CACHE_FILE = ".profile.npz"  # hidden: skipped by digests and event readers
+CACHE_VERSION = 1
+
+
+@dataclass
+class DailyCounts:
+    """Per UTC day of event time (``days``: days since 1970) and declared surface: rows,
+    examples, clicks, conversions; per day: delayed clicks and rows per role. Every
+    whole-day window's profile is a sum over these rows."""
+
+    declared: list[str]
+    days: np.ndarray  # (D,) int64
+    rows: np.ndarray  # (D, S) int64
+    examples: np.ndarray
+    clicks: np.ndarray
+    conversions: np.ndarray
+    delayed: np.ndarray  # (D,)
+    roles: np.ndarray  # (D, len(ROLE_NAMES))
+
+    def between(self, first_day: int | None, end_day: int | None) -> "DailyCounts":
+        keep = np.ones(len(self.days), bool)
+        if first_day is not None:
+            keep &= self.days >= first_day
+        if end_day is not None:
+            keep &= self.days < end_day
+        return DailyCounts(self.declared, *(getattr(self, f)[keep] for f in _ARRAYS))
+
+    def events_by_day(self) -> dict[str, int]:
+        """Rows on a declared surface per UTC day, ``YYYY-MM-DD`` (a day without any: absent)."""
+        import datetime as dt
+
+        epoch = dt.date(1970, 1, 1)
+        return {(epoch + dt.timedelta(days=int(d))).isoformat(): int(n)
+                for d, n in zip(self.days, self.rows.sum(axis=1))}
+
+
+_ARRAYS = ("days", "rows", "examples", "clicks", "conversions", "delayed", "roles")
+
+
+def _fingerprint(data_dir: Path, files: list[Path]) -> str:
+    """The event files and manifest by name, size and modification time: what the cached
+    counts were made from (a rewritten or added file changes it)."""
+    import hashlib
+
+    h = hashlib.sha256(f"v{CACHE_VERSION}".encode())
+    for path in [data_dir / "manifest.json", *files]:
+        st = path.stat()
+        h.update(f"{path.relative_to(data_dir)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _read_events(files: list[Path]) -> pa.Table:
+    """The profile's columns of ``files`` in one dataset scan (a file without an optional
+    column reads it as null); file by file where the files' types disagree."""
+    import pyarrow.dataset as ds
+
+    from gem.data.contract import EVENTS_SCHEMA
+
+    schema = pa.schema([EVENTS_SCHEMA.field(c) for c in COLUMNS])
+    try:
+        return ds.dataset([str(f) for f in files], schema=schema, format="parquet").to_table(columns=list(COLUMNS))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        tables = []
+        for path in files:
+            names = set(pq.ParquetFile(path).schema_arrow.names)
+            table = pq.read_table(path, columns=[c for c in COLUMNS if c in names])
+            tables.append(pa.table({c: (table.column(c).cast(schema.field(c).type) if c in names
+                                        else pa.nulls(table.num_rows, schema.field(c).type)) for c in COLUMNS}))
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _count(table: pa.Table, declared: list[str], start_us: int | None, end_us: int | None) -> DailyCounts:
     n_s = len(declared)
-    events = 0
-    examples, clicks, conversions = (np.zeros(n_s, np.int64) for _ in range(3))
-    rows_per_surface = np.zeros(n_s, np.int64)
-    delayed, roles = 0, {}
-    days: set[int] = set()
-    for path in event_files(data_dir):
-        day = _day_of(path)
-        if day is not None and ((start_us is not None and (day + 1) * US_PER_DAY <= start_us)
-                                or (end_us is not None and day * US_PER_DAY >= end_us)):
-            continue
-        names = set(pq.ParquetFile(path).schema_arrow.names)
-        wanted = ("surface", "is_ad", "click", "conversion", "event_time", "click_time", "role")
-        cols = [c for c in wanted if c in names]
-        table = pq.read_table(path, columns=cols)
-        t = table.column("event_time").cast(TIMESTAMP).cast(pa.int64()).to_numpy(zero_copy_only=False)
-        keep = np.ones(len(t), bool)
-        if start_us is not None:
-            keep &= t >= start_us
-        if end_us is not None:
-            keep &= t < end_us
-        if not keep.any():
-            continue
-        surface = pc.index_in(table.column("surface"), value_set=pa.array(declared))
-        surface = pc.fill_null(surface, -1).to_numpy(zero_copy_only=False)[keep]
-        ok = surface >= 0
-        surface = surface[ok]
-        is_ad = _column(table, "is_ad", False).astype(bool)[keep][ok]
-        click = _column(table, "click", 0).astype(np.int64)[keep][ok]
-        conv = _column(table, "conversion", 0).astype(np.int64)[keep][ok]
-        role = _column(table, "role", "both").astype(object)[keep][ok]
-        example = is_ad & (role != "history")
-        rows_per_surface += np.bincount(surface, minlength=n_s)
-        examples += np.bincount(surface, weights=example, minlength=n_s).astype(np.int64)
-        clicks += np.bincount(surface, weights=example * click, minlength=n_s).astype(np.int64)
-        conversions += np.bincount(surface, weights=example * conv, minlength=n_s).astype(np.int64)
-        if "click_time" in table.column_names:
-            ct = table.column("click_time").cast(TIMESTAMP).cast(pa.int64())
-            has = ~pc.is_null(ct).to_numpy(zero_copy_only=False)[keep][ok]
-            ctv = pc.fill_null(ct, 0).to_numpy(zero_copy_only=False)[keep][ok]
-            delayed += int((has & (click == 1) & (ctv > t[keep][ok])).sum())
-        values, counts = np.unique(role.astype(str), return_counts=True)
-        for v, c in zip(values, counts):
-            roles[v] = roles.get(v, 0) + int(c)
-        events += int(ok.sum())
-        days.update(np.unique(t[keep][ok] // US_PER_DAY).tolist())
-    surfaces = [s for i, s in enumerate(declared) if rows_per_surface[i] > 0]
+    t = table.column("event_time").cast(TIMESTAMP).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    surface = pc.fill_null(pc.index_in(table.column("surface"), value_set=pa.array(declared)), -1)
+    surface = surface.to_numpy(zero_copy_only=False)
+    keep = surface >= 0
+    if start_us is not None:
+        keep &= t >= start_us
+    if end_us is not None:
+        keep &= t < end_us
+    t, surface = t[keep], surface[keep]
+    is_ad = _column(table, "is_ad", False).astype(bool)[keep]
+    click = _column(table, "click", 0).astype(np.int64)[keep]
+    conv = _column(table, "conversion", 0).astype(np.int64)[keep]
+    role = _column(table, "role", "both").astype(object)[keep]
+    ct = table.column("click_time").cast(TIMESTAMP).cast(pa.int64())
+    has_ct = ~pc.is_null(ct).to_numpy(zero_copy_only=False)[keep]
+    ctv = pc.fill_null(ct, 0).to_numpy(zero_copy_only=False)[keep]
+    days, day_index = np.unique(t // US_PER_DAY, return_inverse=True)
+    cell = day_index * n_s + surface
+    size = len(days) * n_s
+    example = is_ad & (role != "history")
+
+    def per_cell(weights) -> np.ndarray:
+        return np.bincount(cell, weights=weights, minlength=size).astype(np.int64).reshape(len(days), n_s)
+
+    roles = np.stack([np.bincount(day_index, weights=role == name, minlength=len(days)) for name in ROLE_NAMES],
+                     axis=1).astype(np.int64)
+    return DailyCounts(
+        declared=list(declared), days=days.astype(np.int64), rows=per_cell(None), examples=per_cell(example),
+        clicks=per_cell(example * click), conversions=per_cell(example * conv),
+        delayed=np.bincount(day_index, weights=has_ct & (click == 1) & (ctv > t), minlength=len(days)).astype(np.int64),
+        roles=roles)
+
+
+def daily_counts(data_dir: str | Path) -> DailyCounts:
+    """Every event file's counts per day and surface, from one scan; kept beside the data
+    (``.profile.npz``, hidden) under the files' fingerprint, so later stages and windows of
+    an unchanged dataset read no event file again."""
+    data_dir = Path(data_dir)
+    declared = list(Manifest.read(data_dir).surfaces)
+    files = event_files(data_dir)
+    key = _fingerprint(data_dir, files)
+    cache = data_dir / CACHE_FILE
+    if cache.is_file():
+        try:
+            with np.load(cache, allow_pickle=False) as saved:
+                if str(saved["key"]) == key and list(saved["declared"]) == declared:
+                    return DailyCounts(declared, *(saved[f] for f in _ARRAYS))
+        except (OSError, ValueError, KeyError):
+            pass  # unreadable: counted again
+    counts = _count(_read_events(files), declared, None, None)
+    try:
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, key=np.array(key), declared=np.array(declared), **{f: getattr(counts, f) for f in _ARRAYS})
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # a read-only dataset: counted on every call
+    return counts
+
+
+def profile_dataset(data_dir: str | Path, *, start_us: int | None = None, end_us: int | None = None) -> DataProfile:
+    """The profile of ``data_dir``'s events (only those in [start_us, end_us) when given).
+    Whole-day windows are sums of ``daily_counts`` (one scan per dataset, cached); a window
+    cut inside a day scans only the event files of the days it touches."""
+    data_dir = Path(data_dir)
+    aligned = all(b is None or b % US_PER_DAY == 0 for b in (start_us, end_us))
+    if aligned:
+        counts = daily_counts(data_dir).between(None if start_us is None else start_us // US_PER_DAY,
+                                                None if end_us is None else end_us // US_PER_DAY)
+    else:
+        files = [f for f in event_files(data_dir) if (day := _day_of(f)) is None or not (
+            (start_us is not None and (day + 1) * US_PER_DAY <= start_us)
+            or (end_us is not None and day * US_PER_DAY >= end_us))]
+        counts = _count(_read_events(files), list(Manifest.read(data_dir).surfaces), start_us, end_us)
+    return _profile(counts, data_dir)
+
+
+def _profile(counts: DailyCounts, data_dir: Path) -> DataProfile:
+    declared = counts.declared
+    rows = counts.rows.sum(axis=0)
+    examples, clicks, conversions = (getattr(counts, f).sum(axis=0) for f in ("examples", "clicks", "conversions"))
+    surfaces = [s for i, s in enumerate(declared) if rows[i] > 0]
     tasks = ["click"] + (["conversion"] if conversions.sum() > 0 else [])
+    roles = {name: int(n) for name, n in zip(ROLE_NAMES, counts.roles.sum(axis=0)) if n}
+    active = counts.days[counts.rows.sum(axis=1) > 0]
     prof = DataProfile(
-        declared_surfaces=declared, surfaces=surfaces, tasks=tasks, events=events,
+        declared_surfaces=declared, surfaces=surfaces, tasks=tasks, events=int(rows.sum()),
         examples={s: int(examples[i]) for i, s in enumerate(declared) if s in surfaces},
         clicks={s: int(clicks[i]) for i, s in enumerate(declared) if s in surfaces},
         conversions={s: int(conversions[i]) for i, s in enumerate(declared) if s in surfaces},
-        delayed_clicks=delayed, roles=dict(sorted(roles.items())),
-        first_day=min(days) if days else 0, last_day=max(days) if days else 0, active_days=len(days),
+        delayed_clicks=int(counts.delayed.sum()), roles=dict(sorted(roles.items())),
+        first_day=int(active.min()) if len(active) else 0, last_day=int(active.max()) if len(active) else 0,
+        active_days=len(active),
     )
     prof.warnings = degeneracy_warnings(prof, data_dir)
     return prof

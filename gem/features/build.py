@@ -29,7 +29,7 @@ from pathlib import Path
 
 from gem.data.batch import FeatureSpec
 from gem.data.contract import EVENT_TYPES, MANIFEST, TASKS, Manifest, parse_utc
-from gem.data.profile import profile_dataset
+from gem.data.profile import daily_counts, profile_dataset
 from gem.features.config import FeaturesConfig
 from gem.features.feast_repo import apply, copy_repo, resolve_repo
 from gem.features.feast_sources import export
@@ -47,7 +47,7 @@ from gem.features.plan import (
 from gem.features.report import build_report, log_to_mlflow, read_report, report_warnings
 from gem.features.segments import FORMAT
 from gem.features.shards import DENSE_FEATURES, SPARSE_FEATURES, list_shards, read_stats
-from gem.features.staging import day_events, group_days
+from gem.features.staging import group_days
 from gem.features.storage import dir_bytes, dir_digest, dumps, file_digest, write_json_atomic
 from gem.features.validation import checked_dataset
 from gem.features.vocab import VOCAB_DIR, VOCAB_NAMES, Vocabularies, build_vocabularies
@@ -102,7 +102,9 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
         raise ValueError(f"window start {start.isoformat()} must be before its end {end.isoformat()}")
     start_us, end_us = to_us(start), to_us(end)
     history_days = [d for d in dataset_days(data_dir) if day_start_us(d) < end_us]
-    sizes = day_events(data_dir, history_days)
+    # events per day from the dataset's cached daily counts (read once per dataset, not per build)
+    by_day = daily_counts(data_dir).events_by_day()
+    sizes = {d: by_day.get(d, 0) for d in history_days}
     events = sum(sizes.values())
     example_days, period_days = shard_periods(window_days(start_us, end_us), sizes, days_per_shard=cfg.days_per_shard,
                                               shard_events=cfg.shard_events, num_buckets=cfg.num_buckets)

@@ -130,36 +130,23 @@ def group_days(data_dir: Path, days: list[str], target_events: int = 1_000_000,
 
 
 def stage_group(plan: BuildPlan, vocab: Vocabularies, group: int) -> int:
-    """Stage one group of consecutive dataset days into one file per bucket, with a
-    single Feast retrieval for all their examples; returns the events staged."""
-    days = plan.stage_groups[group]
-    per_day = {}
-    for day in days:
-        table = read_day(Path(plan.data_dir), day)
-        if table is not None:
-            per_day[day] = _encode(plan, vocab, table)
-    examples = [(day, np.flatnonzero(c["example"])) for day, c in per_day.items()]
-    if any(len(ex) for _, ex in examples):
-        frame = fetch_attributes(
-            plan.feast_dir,
-            np.concatenate([per_day[d]["user_id"][ex] for d, ex in examples]),
-            np.concatenate([per_day[d]["item_raw"][ex] for d, ex in examples]),
-            np.concatenate([per_day[d]["event_time"][ex] for d, ex in examples]))
-        ids = attribute_ids(frame, vocab)
+    """Stage one group of consecutive dataset days into one file per bucket: their events
+    read and encoded together (one vocabulary lookup per column for the whole group, so
+    the time follows the events, not the number of day files), with a single Feast
+    retrieval for all their examples; returns the events staged."""
+    tables = [t for t in (read_day(Path(plan.data_dir), day) for day in plan.stage_groups[group]) if t is not None]
+    columns = _encode(plan, vocab, pa.concat_tables(tables, promote_options="permissive") if tables
+                      else _empty_events())
+    ex = np.flatnonzero(columns["example"])
+    if len(ex):
+        ids = attribute_ids(fetch_attributes(plan.feast_dir, columns["user_id"][ex], columns["item_raw"][ex],
+                                             columns["event_time"][ex]), vocab)
     else:
         ids = {a: np.zeros(0, dtype=np.int32) for a in USER_ATTRIBUTES + ITEM_ATTRIBUTES}
-    offset = 0
-    for day, ex in examples:
-        columns = per_day[day]
-        for name, values in ids.items():
-            full = np.zeros(len(columns["user_id"]), dtype=np.int32)
-            full[ex] = values[offset:offset + len(ex)]
-            columns[f"attr_{name}"] = full
-        offset += len(ex)
-    columns = {k: np.concatenate([c[k] for c in per_day.values()]) for k in next(iter(per_day.values()))} \
-        if per_day else _encode(plan, vocab, _empty_events())
-    for name in ATTRIBUTE_COLUMNS:
-        columns.setdefault(name, np.zeros(len(columns["user_id"]), dtype=np.int32))
+    for name, values in ids.items():
+        full = np.zeros(len(columns["user_id"]), dtype=np.int32)
+        full[ex] = values
+        columns[f"attr_{name}"] = full
     _write_buckets(plan, group, columns)
     return len(columns["user_id"])
 
