@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--student-days", type=count(1), default=1, help="days of the students' window (default 1)")
     run.add_argument("--holdout-days", type=count(1), default=1,
                      help="days of the holdout window, the last (default 1)")
+    run.add_argument("--gate", action="append", default=[], metavar="KEY=VALUE",
+                     help="a promotion gate setting (gem_app/promotion.py GateConfig), e.g. min_positives=50 or "
+                          "max_ne=0.98; see docs/pipelines.md, Promotion gate")
     run.set_defaults(func=_run)
     comp = actions.add_parser("compile", help="compile gem_pipeline and refresh_pipeline to IR YAML")
     comp.add_argument("--out", type=Path, default=Path("pipelines/compiled"))
@@ -61,6 +64,16 @@ def _run(args: argparse.Namespace) -> int:
     from gem.data.contract import check_run_inputs
 
     check_run_inputs(params["data"], params["surfaces"])  # before any work: a ContractError exits 2
+    if args.gate:
+        from gem_app.promotion import GateConfig
+
+        try:
+            settings = dict(item.split("=", 1) for item in args.gate)
+            GateConfig.from_dict(settings)
+        except ValueError as exc:
+            print(f"error: --gate {' '.join(args.gate)}: {exc} (give KEY=VALUE)", file=sys.stderr)
+            return 2
+        params["gate_settings"] = settings
     if args.cut:
         params["cuts"] = list(args.cut)
     else:

@@ -108,8 +108,8 @@ class GateConfig:
         unknown = sorted(set(raw) - set(known))
         if unknown:
             raise ValueError(f"unknown gate settings {unknown}; known: {sorted(known)}")
-        cast = {"int": int, "bool": lambda v: v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes"),
-                "float": float}
+        cast = {"int": lambda v: int(float(v)), "float": float,
+                "bool": lambda v: v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes")}
         return cls(**{k: cast[str(known[k].type)](v) for k, v in raw.items()}).validate()
 
 

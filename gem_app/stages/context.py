@@ -80,6 +80,7 @@ def start_pipeline(ctx: RunContext, *, params: dict | None = None, tags: dict | 
     ctx.configure()
     recover(Path(ctx.tracking_root) / ".runs")
     client = mlflow.MlflowClient()
+    _close_abandoned_parent(client, ctx.tracking_root)
     experiment = client.get_experiment_by_name(ctx.experiment)
     run = client.create_run(experiment.experiment_id, run_name=run_name or f"pipeline-{ctx.pipeline_run_id}",
                             tags={**tracking.source_tags(), tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
@@ -87,6 +88,22 @@ def start_pipeline(ctx: RunContext, *, params: dict | None = None, tags: dict | 
     client.log_batch(run.info.run_id, params=[Param(key, str(value)[:500]) for key, value in (params or {}).items()])
     return RunContext(pipeline_run_id=ctx.pipeline_run_id, tracking_root=ctx.tracking_root,
                       parent_run_id=run.info.run_id, experiment=ctx.experiment)
+
+
+def _close_abandoned_parent(client, tracking_root: str) -> None:
+    """The parent run of an earlier pipeline run on this tracking root that was killed
+    (still RUNNING: its summary never closed it) is marked KILLED; a local run holds the
+    workspace lock, so no other run is active here. Its stage runs stay as they are (a
+    rerun resumes the pretraining run)."""
+    from mlflow.exceptions import MlflowException
+
+    path = Path(tracking_root) / ".runs" / "active.json"
+    try:
+        earlier = json.loads(path.read_text()).get("parent_run_id", "")
+        if earlier and client.get_run(earlier).info.status == "RUNNING":
+            client.set_terminated(earlier, status="KILLED")
+    except (OSError, ValueError, MlflowException):
+        return
 
 
 def run_label(data: str, params: dict, keys: dict) -> tuple[str, str, str]:

@@ -1,12 +1,17 @@
 """The whole pipeline through kfp.local on a tiny dataset of unusual shapes (the
 simulator's events on one surface, "search", named by the data; no conversion at all;
 users without any attribute; ids written as strings; surfaces and tasks come from the
-data):
+data) whose ad clicks are shuffled: there is nothing to learn.
 
 1. `python -m gem pipeline run` is SIGKILLed (whole process group) during pretraining;
 2. rerun, it reuses the finished stages (no rebuilt features) and resumes pretraining
-   in the same MLflow run, then registers students with walkable lineage;
-3. the refresh step on that workspace: GEM continues from the champion teacher.
+   in the same MLflow run, registers students with walkable lineage, and promotes
+   nothing: every gate says keep or not enough evidence, and why;
+3. what a person sees: `mlflow server` on the store, read through its REST API (the
+   runs, the gate's decision and reason, the registered models' signatures and
+   descriptions, lineage both ways), and the registered models loaded through
+   `mlflow.pyfunc` scoring a features window;
+4. GEM continues from that teacher's weights on a newer window (the refresh step).
 (The refresh pipeline's graph is the same as gem_pipeline's plus resolve_champion;
 test_compile.py checks it.)
 """
@@ -23,15 +28,18 @@ import time
 from pathlib import Path
 
 import mlflow
+import numpy as np
+import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
 from gem import tracking
 from gem.config import load_config
 from gem.data.simulate import SimulatorConfig, simulate
-from gem.registry import EXPERIMENT, TEACHER_MODEL
+from gem.registry import CHAMPION, EXPERIMENT, TEACHER_MODEL
 from gem_app.refresh.cycle import dataset_until
-from tests.datasets.shapes import make_shapes
+from tests.app import mlflow_ui
+from tests.datasets.shapes import _events, _rewrite, make_shapes
 
 
 def _pipeline_cmd(workspace: Path, data: Path) -> list[str]:
@@ -54,10 +62,26 @@ def _kill_during_pretraining(cmd: list[str], workspace: Path, timeout: float = 6
         proc.wait()
 
 
-@pytest.mark.slow(minutes=4)
-def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
+def shuffle_ad_clicks(data: Path, seed: int = 0) -> int:
+    """Every ad impression's click label shuffled among the ad impressions (and the
+    conversions, which follow clicks, dropped): labels independent of everything a
+    model sees. Returns the ad clicks kept (their number is unchanged)."""
+    from gem.data.contract import Manifest
+
+    ev = _events(data)
+    ads = ev["is_ad"].to_numpy()
+    ev.loc[ads, "click"] = np.random.default_rng(seed).permutation(ev.loc[ads, "click"].to_numpy())
+    ev.loc[ads, "click_time"] = pd.NaT
+    ev["conversion"], ev["conversion_time"] = 0, pd.NaT
+    _rewrite(data, ev, Manifest.read(data))
+    return int(ev.loc[ads, "click"].sum())
+
+
+@pytest.mark.slow(minutes=5)
+def test_pipeline_kill_resume_no_promotion_on_shuffled_labels_ui_and_refresh(tmp_path):
     cfg = load_config(SimulatorConfig, section="simulator", preset="tiny", overrides=["days=5"])
     simulate(cfg, tmp_path / "simulated", progress=False)
+    assert shuffle_ad_clicks(tmp_path / "simulated") > 0
     data = make_shapes(tmp_path / "simulated", tmp_path / "incoming",
                        ["one_surface", "users_without_attributes", "string_ids"])
     first_days = dt.date.fromisoformat(cfg.start_date) + dt.timedelta(days=3)
@@ -85,6 +109,12 @@ def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
     assert any("user_age_bucket" in w and "every" in w for w in warnings), warnings
     assert "warning: features report: " in done.stderr  # the report's warnings reach the terminal
 
+    # shuffled labels: nothing is promoted, and the terminal says why
+    row, teacher_gate = summary["surfaces"][0], summary["teacher"]["gate"]
+    assert not row["promoted"] and row["decision"] in ("keep", "not enough evidence") and row["why"]
+    assert teacher_gate["outcome"] in ("keep", "not enough evidence") and teacher_gate["reason"]
+    assert "| decision | why |" in done.stdout and row["why"][:40] in done.stdout
+
     # lineage: registered student -> teacher version -> teacher run -> data window and digest
     tracking.configure(workspace, experiment=EXPERIMENT)
     client = MlflowClient()
@@ -96,19 +126,97 @@ def test_pipeline_kill_resume_lineage_and_refresh(tmp_path):
     assert teacher_run.data.tags[tracking.TAG_DATA_DIGEST] == teacher.tags[tracking.TAG_DATA_DIGEST]
     assert teacher_run.data.tags["mlflow.parentRunId"]
     assert tracking.TAG_DATA_WINDOW in student.tags
+    for name in (TEACHER_MODEL, "student_search"):
+        assert CHAMPION not in client.get_registered_model(name).aliases, name
 
-    # refresh: GEM continues from the champion teacher on the newest window
+    what_the_ui_shows(workspace, tmp_path, row, teacher_gate)
+
+    # refresh: GEM continues from that teacher's weights on the newest window
     from gem_app.stages.context import RunContext
-    from gem_app.stages.gate import champion_teacher
     from gem_app.stages.train import train
 
-    champion = champion_teacher()
-    assert champion["uri"] == f"models:/{TEACHER_MODEL}/1" and champion["features_dir"].endswith("features/teacher")
     ctx = RunContext(pipeline_run_id="refresh-test", tracking_root=str(workspace))
     refreshed = train(str(workspace / "features" / "student"), str(workspace / "features" / "holdout"),
-                    str(tmp_path / "continued"), "tiny", ctx, init_from=champion["uri"]).as_dict()
+                      str(tmp_path / "continued"), "tiny", ctx, init_from=teacher_uri).as_dict()
     continued = client.get_model_version(TEACHER_MODEL, refreshed["model_version"])
     assert refreshed["model_version"] == "2"
-    assert client.get_run(continued.run_id).data.tags["gem.init_from"] == champion["uri"]
+    assert client.get_run(continued.run_id).data.tags["gem.init_from"] == teacher_uri
     assert not Path("mlflow.db").exists(), "a stage wrote MLflow records into the working directory"
     mlflow.set_tracking_uri("")
+
+
+def what_the_ui_shows(workspace: Path, tmp_path: Path, row: dict, teacher_gate: dict) -> None:
+    """The store through `mlflow server`'s REST API, as the UI's pages read it, and the
+    registered models loaded through mlflow.pyfunc from that server."""
+    with mlflow_ui.mlflow_server(workspace / "mlflow.db", tmp_path / "mlflow-server.log") as url:
+        rest = mlflow_ui.Rest(url)
+        runs = rest.runs(EXPERIMENT)
+        by_name = {r["info"]["run_name"]: r for r in runs}
+        # every run says who ran which code
+        assert all(mlflow_ui.tags(r).get("mlflow.source.git.commit") for r in runs), \
+            [r["info"]["run_name"] for r in runs if not mlflow_ui.tags(r).get("mlflow.source.git.commit")]
+        assert all(mlflow_ui.tags(r).get("mlflow.user") for r in runs)
+        # the pipeline run: named by pipeline, data and time; the summary table is its description
+        killed, parent = sorted((r for r in runs if mlflow_ui.tags(r).get(tracking.TAG_STAGE) == "pipeline"),
+                                key=lambda r: int(r["info"]["start_time"]))
+        assert (killed["info"]["status"], parent["info"]["status"]) == ("KILLED", "FINISHED")
+        assert parent["info"]["run_name"].startswith("gem-pipeline ")
+        assert "| decision | why |" in mlflow_ui.tags(parent)["mlflow.note.content"]
+        assert all(mlflow_ui.params(parent)[k] for k in ("data", "data_digest", "code_version"))
+        # one gate run per model, its decision and reason on the page; no promote runs
+        assert not [n for n in by_name if n.startswith("promote")]
+        gate = by_name["gate-student_search"]
+        assert mlflow_ui.tags(gate)["mlflow.note.content"] == f"{row['decision']}: {row['why']}"
+        assert mlflow_ui.tags(gate)["gate.decision"] == row["decision"]
+        assert mlflow_ui.params(gate)["gate.max_ne"] == "1.0" and mlflow_ui.params(gate)["gate.min_positives"]
+        gate_metrics = mlflow_ui.metrics(gate)
+        assert {"challenger/auc", "challenger/ne", "holdout/positives"} <= set(gate_metrics)
+        assert not [k for k in gate_metrics if "search" in k]  # the surface is a tag, not in the names
+        teacher_gate_run = by_name[f"gate-{TEACHER_MODEL}"]
+        assert mlflow_ui.tags(teacher_gate_run)["mlflow.note.content"].startswith(teacher_gate["outcome"])
+        # the gate run links the version it judged
+        judged = rest.run(gate["info"]["run_id"])["inputs"]["model_inputs"]
+        student_version = rest.version("student_search", "1")
+        model_id = student_version["source"].removeprefix("models:/")
+        assert model_id in [m["model_id"] for m in judged]
+        # datasets with their real counts, one digest per window
+        train = rest.run(pretrain_run_id(by_name))
+        datasets = train["inputs"]["dataset_inputs"]
+        counts = {d["dataset"]["name"]: {t["key"]: t["value"] for t in d["tags"]}.get("num_examples") for d in datasets}
+        assert counts["features/holdout"] == str(json.loads((workspace / "features/holdout/manifest.json")
+                                                            .read_text())["counts"]["examples"])
+        digests = {}
+        for r in runs:
+            for d in rest.run(r["info"]["run_id"]).get("inputs", {}).get("dataset_inputs", []):
+                digests.setdefault(d["dataset"]["name"], set()).add(d["dataset"]["digest"])
+        assert digests and all(len(v) == 1 for v in digests.values()), digests
+        # the registry: the same words as the gate run; what the model is and how to load it
+        assert mlflow_ui.tags(student_version)["gate.decision"] == row["decision"]
+        assert mlflow_ui.tags(student_version)["gate.reason"] == row["why"]
+        assert "mlflow.pyfunc.load_model" in rest.model("student_search")["description"]
+        assert "[gem_teacher v1](#/models/gem_teacher/versions/1)" in student_version["description"]
+        # lineage both ways: the teacher version lists its students
+        teacher_version = rest.version(TEACHER_MODEL, "1")
+        assert mlflow_ui.tags(teacher_version)["gem.students.student_search"] == "1"
+        assert "[student_search v1](#/models/student_search/versions/1)" in teacher_version["description"]
+        # the model page's signature
+        mlmodel = rest.mlmodel(model_id)
+        assert "python_function" in mlmodel and '"name": "features"' in mlmodel and '"name": "p_click"' in mlmodel
+        assert "input_example.json" in mlmodel
+
+        # mlflow.pyfunc through the server, scoring the holdout window
+        mlflow.set_tracking_uri(url)
+        holdout, feast = workspace / "features" / "holdout", workspace / "feast"
+        scored = mlflow.pyfunc.load_model("models:/student_search/1").predict(
+            pd.DataFrame({"features": [str(holdout)], "feast_repo": [str(feast)]}))
+        examples = json.loads((holdout / "manifest.json").read_text())["counts"]["examples"]
+        assert len(scored) == examples and set(scored["surface"]) == {"search"}
+        assert scored["p_click"].between(0, 1).all() and scored["example_id"].is_unique
+        teacher = mlflow.pyfunc.load_model(f"models:/{TEACHER_MODEL}/1")
+        first = teacher.predict(pd.DataFrame({"features": [str(holdout)]}), params={"max_examples": 32})
+        assert len(first) == 32 and first["p_click"].between(0, 1).all()
+        mlflow.set_tracking_uri("")
+
+
+def pretrain_run_id(by_name: dict) -> str:
+    return by_name["train"]["info"]["run_id"]

@@ -268,3 +268,14 @@ def test_an_injected_failure_is_an_error_at_its_point(monkeypatch):
     fault_point("gate-student_feed:decided")
     with pytest.raises(InjectedFault, match="injected failure at gate-student_video:decided"):
         fault_point("gate-student_video:decided")
+
+
+def test_pipeline_run_takes_gate_settings_and_refuses_unknown_ones(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "gem", "pipeline", "run", "--workspace", str(tmp_path / "ws"),
+                           "--gate", "min_postives=3"], capture_output=True, text=True)
+    assert done.returncode == 2 and "unknown gate settings ['min_postives']" in done.stderr
+    assert not (tmp_path / "ws").exists()  # refused before any work
+    assert GateConfig.from_dict({"min_positives": "50", "max_ne": "0.98"}) == GateConfig(min_positives=50, max_ne=0.98)
