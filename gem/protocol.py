@@ -19,6 +19,8 @@ import functools
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from gem.data.contract import Manifest
 
 
@@ -87,6 +89,135 @@ def cut_windows(data: str | Path, cuts: list[str]) -> Windows:
 
 class WindowError(ValueError):
     """A protocol window the data cannot fill: no example, or examples of one label only."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class Evidence:
+    """What the student and the holdout windows must each hold, per surface, for a student
+    to be trained and judged there: ``examples`` examples with ``positives`` clicked and as
+    many unclicked ones, and the window at least ``min_share`` of the log's examples; each
+    window takes at most ``max_share`` of them (the teacher keeps the rest). A surface that
+    cannot reach the minimum within that cap gets no student."""
+
+    examples: int = 200
+    positives: int = 30  # the promotion gate's own floor (gem_app/promotion.py GateConfig.min_positives)
+    min_share: float = 0.0
+    max_share: float = 0.25
+
+    def check(self) -> "Evidence":
+        if self.examples < 1 or self.positives < 1:
+            raise ValueError(f"window evidence: examples ({self.examples}) and positives ({self.positives}) must be "
+                             ">= 1")
+        if not (0.0 <= self.min_share <= self.max_share <= 0.5):  # NaN fails too
+            raise ValueError(f"window evidence: need 0 <= min_share ({self.min_share}) <= max_share "
+                             f"({self.max_share}) <= 0.5")
+        return self
+
+    @classmethod
+    def from_dict(cls, raw: dict | None) -> "Evidence":
+        """From pipeline parameters (kfp turns ints into floats); unknown keys refused."""
+        known = {f: type(v) for f, v in asdict(cls()).items()}
+        unknown = sorted(set(raw or {}) - set(known))
+        if unknown:
+            raise ValueError(f"window evidence: unknown setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**{k: known[k](v) for k, v in (raw or {}).items()}).check()
+
+    def describe(self) -> str:
+        share = f", >= {self.min_share:.0%} of the log" if self.min_share else ""
+        return (f">= {self.examples} examples, {self.positives} clicked and {self.positives} unclicked per surface"
+                f"{share}, at most {self.max_share:.0%} of the log's examples per window")
+
+
+@dataclass
+class EvidenceChoice:
+    """Windows chosen by evidence, what each holds, and the surfaces that get students."""
+
+    windows: Windows
+    surfaces: list[str]
+    sizes: dict[str, dict[str, dict[str, int]]]  # window -> surface -> examples / clicks
+    warnings: list[str]
+
+    def lines(self) -> dict[str, str]:
+        """Per window: its span and what it holds, in a few words."""
+        out = {}
+        for name, (lo, hi) in (("student", (self.windows.teacher_end, self.windows.student_end)),
+                               ("holdout", (self.windows.student_end, self.windows.end))):
+            sizes = self.sizes[name]
+            n, c = sum(v["examples"] for v in sizes.values()), sum(v["clicks"] for v in sizes.values())
+            fewest = min(self.surfaces, key=lambda s: sizes[s]["clicks"]) if self.surfaces else None
+            low = (f"; fewest clicks {fewest} {sizes[fewest]['clicks']}/{sizes[fewest]['examples']}"
+                   if fewest else "")
+            out[f"{name} window"] = f"{lo[:10]}..{hi[:10]} {n:,} examples, {c:,} clicked{low}"
+        return out
+
+
+def evidence_windows(data: str | Path, evidence: Evidence, *, student_days: int = 0,
+                     holdout_days: int = 0) -> EvidenceChoice:
+    """The latest holdout span, and the span before it for the students, each the
+    shortest run of whole days in which every surface that can reach ``evidence`` within
+    the window's cap does (``student_days`` / ``holdout_days`` > 0: that many days
+    instead). A WindowError when no surface can reach it in either window."""
+    from gem.data.profile import daily_counts
+
+    evidence.check()
+    manifest = Manifest.read(Path(data))
+    counts = daily_counts(data)
+    days, ex, clicks = counts.days, counts.examples, counts.clicks
+    declared = counts.declared
+    total = int(ex.sum())
+    if len(days) < 3:
+        raise WindowError(f"{data}: events on {len(days)} day(s); the protocol needs at least 3 (teacher, student, "
+                          "holdout)")
+
+    def satisfied(lo: int, hi: int) -> np.ndarray:
+        n, c = ex[lo:hi].sum(axis=0), clicks[lo:hi].sum(axis=0)
+        return (n >= evidence.examples) & (c >= evidence.positives) & (n - c >= evidence.positives)
+
+    def choose(hi: int, fixed: int, floor: int, wanted: np.ndarray | None) -> tuple[int, np.ndarray]:
+        """The start of the window ending before day index ``hi`` and the surfaces it serves."""
+        if fixed:
+            first_day = days[hi - 1] - fixed + 1 if hi else 0
+            lo = int(np.searchsorted(days, first_day))
+            if lo <= floor:
+                raise WindowError(f"{data}: {fixed} day(s) reach back to the data's first days; fewer, or --cut")
+            return lo, satisfied(lo, hi)
+        cap_lo = hi - 1  # the longest window within the cap (at least one day)
+        while cap_lo - 1 > floor and ex[cap_lo - 1:hi].sum() <= evidence.max_share * total:
+            cap_lo -= 1
+        reach = satisfied(cap_lo, hi) & (wanted if wanted is not None else True)
+        for lo in range(hi - 1, cap_lo - 1, -1):
+            if (satisfied(lo, hi) >= reach).all() and ex[lo:hi].sum() >= evidence.min_share * total:
+                return lo, reach
+        return cap_lo, reach
+
+    h, in_holdout = choose(len(days), holdout_days, 1, None)
+    s, in_student = choose(h, student_days, 0, in_holdout)
+    served = in_holdout & in_student
+    bounds = {"student": (s, h), "holdout": (h, len(days))}
+    sizes = {name: {d: {"examples": int(ex[lo:hi, i].sum()), "clicks": int(clicks[lo:hi, i].sum())}
+                    for i, d in enumerate(declared)} for name, (lo, hi) in bounds.items()}
+    warnings = []
+    for i, surface in enumerate(declared):
+        if served[i] or not ex[:, i].any():
+            continue
+        has = "; ".join(f"{name} {sizes[name][surface]['examples']} examples, {sizes[name][surface]['clicks']} "
+                        f"clicked" for name in bounds)
+        warnings.append(f"surface {surface!r} gets no student: it has {has}; each window needs {evidence.describe()}")
+    if not served.any():
+        raise WindowError(
+            f"{data}: no surface reaches {evidence.describe()} in both the student and the holdout window "
+            f"({total:,} examples over {len(days)} days with events). Lower the evidence "
+            "(window_evidence: examples / positives / max_share) or give the windows: --student-days N "
+            "--holdout-days N, or --cut TEACHER_END --cut STUDENT_END")
+    start = _day_iso(days[s])
+    windows = Windows(start=manifest.start.isoformat(), teacher_end=start, student_end=_day_iso(days[h]),
+                      end=manifest.end.isoformat())
+    return EvidenceChoice(windows=windows, surfaces=[d for i, d in enumerate(declared) if served[i]], sizes=sizes,
+                          warnings=warnings)
+
+
+def _day_iso(day: int) -> str:
+    return _midnight(dt.date(1970, 1, 1) + dt.timedelta(days=int(day)))
 
 
 def _us(iso: str) -> int:

@@ -34,9 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--cut", action="append", default=[], metavar="ISO", type=iso_time,
                      help="twice: the teacher window ends at the first cut point, the students' at the second "
                           "(the holdout runs to the data's end); default: the last days (below)")
-    run.add_argument("--student-days", type=count(1), default=1, help="days of the students' window (default 1)")
-    run.add_argument("--holdout-days", type=count(1), default=1,
-                     help="days of the holdout window, the last (default 1)")
+    run.add_argument("--student-days", type=count(0), default=0,
+                     help="days of the students' window (default 0: chosen by evidence, see --evidence)")
+    run.add_argument("--holdout-days", type=count(0), default=0,
+                     help="days of the holdout window, the last (default 0: chosen by evidence)")
+    run.add_argument("--evidence", action="append", default=[], metavar="KEY=VALUE",
+                     help="what a window chosen by evidence must hold (gem.protocol.Evidence): examples=200, "
+                          "positives=30 per surface, min_share=0, max_share=0.25 of the log per window")
     run.add_argument("--gate", action="append", default=[], metavar="KEY=VALUE",
                      help="a promotion gate setting (gem_app/promotion.py GateConfig), e.g. min_positives=50 or "
                           "max_ne=0.98; see docs/pipelines.md, Promotion gate")
@@ -78,6 +82,16 @@ def _run(args: argparse.Namespace) -> int:
         params["cuts"] = list(args.cut)
     else:
         params["student_days"], params["holdout_days"] = args.student_days, args.holdout_days
+    if args.evidence:
+        from gem.protocol import Evidence
+
+        try:
+            evidence = dict(item.split("=", 1) for item in args.evidence)
+            Evidence.from_dict({**params.get("window_evidence", {}), **evidence})
+        except ValueError as exc:
+            print(f"error: --evidence {' '.join(args.evidence)}: {exc} (give KEY=VALUE)", file=sys.stderr)
+            return 2
+        params["window_evidence"] = {**params.get("window_evidence", {}), **evidence}
     if params["data"] and params["surfaces"]:  # before any work: a surface the data lacks
         from gem.data.profile import SurfaceError
         from gem_app.stages.ingest import check_surfaces

@@ -8,11 +8,12 @@ from gem_app.components.base import component
 @component
 def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_config: str, code_version: str,
            workspace: str, student_days: int, holdout_days: int, teacher_days: int, surfaces: list,
-           clean_data: Output[Dataset], report: Output[Markdown]
+           window_evidence: dict, clean_data: Output[Dataset], report: Output[Markdown]
            ) -> NamedTuple("Ingested", clean=str, clean_digest=str, start=str, teacher_end=str, student_end=str,
                            end=str, teacher_features=str, student_features=str, holdout_features=str, surfaces=list):
     """Simulate a dataset when ``data`` is empty, validate it (bad rows quarantined),
-    write the clean copy to the workspace and split the time windows; ``surfaces``
+    write the clean copy to the workspace and split the time windows (a window of 0 days:
+    chosen by ``window_evidence``, gem.protocol.Evidence fields); ``surfaces``
     (asked for; empty: the data's) are checked here, before any other work, and the
     ``surfaces`` output lists those the student and holdout windows can train and rank.
     Cache key: the dataset's digest (or the simulator config's), the protocol and the
@@ -23,13 +24,15 @@ def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_conf
     from gem_app.stages.ingest import ingest as run
 
     result = run(data, workspace, sim_preset, run_context(tracking), student_days=student_days,
-                 holdout_days=holdout_days, teacher_days=teacher_days, surfaces=list(surfaces) or None)
+                 holdout_days=holdout_days, teacher_days=teacher_days, surfaces=list(surfaces) or None,
+                 evidence=dict(window_evidence))
     with open(report.path, "w") as f:
         f.write(f"# Data validation\n\n```\n{result.summary}\n```\n")
     with open(clean_data.path, "w") as f:
         f.write(f"{result.clean}\n")
     clean_data.metadata.update({"path": result.clean, "digest": result.data_digest, "events": result.events,
                                 "quarantined_fraction": result.quarantined_fraction, "surfaces": result.surfaces,
+                                **{f"evidence.{k}": v for k, v in result.evidence.items()},
                                 **{f"window.{k}": v for k, v in result.windows.items()}})
     w, feats = result.windows, result.features
     fields = ["clean", "clean_digest", "start", "teacher_end", "student_end", "end", "teacher_features",

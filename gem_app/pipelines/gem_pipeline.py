@@ -49,7 +49,10 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
                      data: str = "", sim_preset: str = "small", features_preset: str = "pipeline",
                      train_preset: str = "pipeline", student_preset: str = "pipeline",
                      surfaces: list = [],  # noqa: B006 (compiled, never mutated)
-                     student_days: int = 1, holdout_days: int = 1, teacher_days: int = 1 if refresh else 0,
+                     # 0 days: the window is chosen by window_evidence (gem.protocol.Evidence fields)
+                     student_days: int = 1 if refresh else 0, holdout_days: int = 1 if refresh else 0,
+                     teacher_days: int = 1 if refresh else 0,
+                     window_evidence: dict = {},  # noqa: B006 (compiled, never mutated)
                      gate_settings: dict = {},  # noqa: B006 - GateConfig fields (gem_app/promotion.py)
                      pretrain_launcher: str = cluster.pretrain_launcher if cluster else "local",
                      trainjob_namespace: str = ""):
@@ -63,7 +66,8 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
         ingested = configure_task(ingest(
             tracking=tracking, data=data, data_digest=started.outputs["data_digest"], sim_preset=sim_preset,
             sim_config=configs["sim"], code_version=code, workspace=workspace, student_days=student_days,
-            holdout_days=holdout_days, teacher_days=teacher_days, surfaces=surfaces), cluster)
+            holdout_days=holdout_days, teacher_days=teacher_days, surfaces=surfaces,
+            window_evidence=window_evidence), cluster)
         init_from, teacher_vocab, teacher_vocab_digest = "", "", ""
         if refresh:
             champion = configure_task(resolve_champion(ctx=ctx), cluster)

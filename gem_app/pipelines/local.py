@@ -12,7 +12,9 @@ log = logging.getLogger(__name__)
 
 # the sizes of every stage, by the name `pipeline run --preset` and `refresh --preset` take
 PRESETS = {
-    "tiny": {"sim_preset": "tiny", "features_preset": "smoke", "train_preset": "tiny", "student_preset": "pipeline"},
+    # tiny: seconds-scale data, so windows by evidence ask only for both labels per surface
+    "tiny": {"sim_preset": "tiny", "features_preset": "smoke", "train_preset": "tiny", "student_preset": "pipeline",
+             "window_evidence": {"examples": 10, "positives": 1}},
     "small": {"sim_preset": "small", "features_preset": "pipeline", "train_preset": "pipeline",
               "student_preset": "pipeline"},
 }

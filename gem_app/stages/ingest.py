@@ -1,6 +1,8 @@
 """ingest: simulate a dataset when none is given, validate it into the workspace's clean
-copy (bad rows quarantined with their reason), and cut the protocol's time windows:
-the last days (``split_windows``), or explicit time cut points (``cut_windows``).
+copy (bad rows quarantined with their reason), and cut the protocol's time windows: by
+evidence (the default, ``evidence_windows``: the latest spans that hold enough examples
+and clicks per surface, printed with their sizes), the last days (``split_windows``:
+``student_days`` and ``holdout_days`` > 0), or explicit time cut points (``cut_windows``).
 
 Cut points come as ``cuts`` or, from `pipeline run --cut`, as the workspace's
 ``cuts.json`` (``write_cuts``): the compiled pipeline has no parameter for them, and a
@@ -8,11 +10,11 @@ local run's ingest reads them there (every local run writes or removes the file)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gem import tracking
-from gem.protocol import check_windows, cut_windows, dataset_window_tag, split_windows
+from gem.protocol import Evidence, check_windows, cut_windows, dataset_window_tag, evidence_windows, split_windows
 from gem.utils.digest import tree_digest, value_digest
 from gem.utils.progress import figure, warning
 from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
@@ -50,6 +52,14 @@ class IngestResult(StageResult):
     events: int
     surfaces: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    evidence: dict[str, str] = field(default_factory=dict)  # windows chosen by evidence: span and sizes
+
+
+def _show(result: IngestResult) -> None:
+    for text in result.warnings:  # said again on every run that uses this dataset
+        warning(text)
+    for name, text in result.evidence.items():
+        figure(name, text)
 
 
 def simulate(out: str, preset: str, ctx: RunContext, overrides: list[str] | None = None) -> dict:
@@ -94,43 +104,65 @@ def check_surfaces(data: str, surfaces: list[str] | None) -> list[str]:
     return profile_dataset(data).require_surfaces(surfaces)
 
 
-def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, student_days: int = 1,
-           holdout_days: int = 1, teacher_days: int = 0, surfaces: list[str] | None = None,
-           cuts: list[str] | None = None) -> IngestResult:
+def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, student_days: int = 0,
+           holdout_days: int = 0, teacher_days: int = 0, surfaces: list[str] | None = None,
+           cuts: list[str] | None = None, evidence: dict | None = None) -> IngestResult:
     """A rerun reuses the result only when the dataset's bytes (or the simulator's
     config) and the protocol are unchanged. ``surfaces`` (asked for) are checked against
     the data first: a surface it lacks fails here, before any work. ``cuts`` (default:
-    the workspace's cuts.json): [teacher_end, student_end] instead of the last days."""
+    the workspace's cuts.json): [teacher_end, student_end]. Otherwise a window of
+    ``student_days`` / ``holdout_days`` > 0 days is that many last days, and one of 0 is
+    chosen by ``evidence`` (gem.protocol.Evidence fields; defaults where absent)."""
     from gem.data.profile import profile_dataset
 
     if data and surfaces:
         check_surfaces(data, surfaces)
     ws = Path(workspace)
     cuts = list(cuts) if cuts is not None else read_cuts(ws)
+    by_days = student_days > 0 and holdout_days > 0
+    proof = Evidence.from_dict(evidence)
     protocol = {"cuts": cuts} if cuts else {"student_days": student_days, "holdout_days": holdout_days,
                                              "teacher_days": teacher_days}
+    if not cuts and not by_days:
+        protocol["evidence"] = asdict(proof)
     protocol["surfaces"] = sorted(surfaces or [])
     source = {"data": tree_digest(data)} if data else {"simulator": sim_preset}
     reuse = Reuse(ws / "ingest.json", {**source, **protocol})
     if (done := reuse.get()) and (ws / "clean").is_dir() and tree_digest(ws / "clean") == done["data_digest"]:
         result = IngestResult(**done)
-        for text in result.warnings:  # said again on every run that uses this dataset
-            warning(text)
+        _show(result)
         return result
     if not data:
         data = str(ws / "raw")
         simulate(data, sim_preset, ctx)
     report = validate(data, str(ws / "clean"), str(ws / "validation"), ctx)
-    windows = cut_windows(ws / "clean", cuts) if cuts else split_windows(
-        ws / "clean", student_days=student_days, holdout_days=holdout_days, teacher_days=teacher_days)
     profile = profile_dataset(ws / "clean")  # the surfaces with events, in manifest order
     profile.require_surfaces(surfaces)
+    chosen = None
+    if cuts:
+        windows = cut_windows(ws / "clean", cuts)
+    elif by_days:
+        windows = split_windows(ws / "clean", student_days=student_days, holdout_days=holdout_days,
+                                teacher_days=teacher_days)
+    else:
+        if teacher_days:
+            raise ValueError("teacher_days (continued pretraining) takes --student-days and --holdout-days")
+        chosen = evidence_windows(ws / "clean", proof, student_days=student_days, holdout_days=holdout_days)
+        windows = chosen.windows
     # students only where the student and holdout windows can train and rank (fails fast
     # when a window holds no example or one label only)
     planned, window_warnings = check_windows(ws / "clean", windows, surfaces)
+    if chosen is not None:
+        missing = [s for s in (surfaces or []) if s not in chosen.surfaces]
+        if missing:
+            from gem.data.profile import SurfaceError
+
+            raise SurfaceError(f"surface(s) {missing} cannot get a student: " + " ".join(
+                w for w in chosen.warnings if any(repr(s) in w for s in missing)))
+        planned = [s for s in planned if s in chosen.surfaces]
+        said = [s for s in profile.surfaces if s not in chosen.surfaces]  # one warning per surface left out
+        window_warnings = [*chosen.warnings, *(w for w in window_warnings if not any(repr(s) in w for s in said))]
     warnings = [*profile.warnings, *window_warnings]
-    for text in warnings:
-        warning(text)
     # the features directories of the three windows (paths are decided here: kfp.local
     # does not resolve f-strings of pipeline parameters passed into sub-pipelines)
     result = IngestResult(
@@ -138,8 +170,9 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
         features={name: str(ws / "features" / name) for name in WINDOW_NAMES},
         summary=report.summary(), quarantined_fraction=report.quarantined_fraction,
         events=report.processed_rows.get("events", 0),
-        surfaces=planned, warnings=warnings)
+        surfaces=planned, warnings=warnings, evidence=chosen.lines() if chosen is not None else {})
     reuse.put(result.as_dict())
+    _show(result)
     figure("events", result.events)
     figure("quarantined", f"{result.quarantined_fraction:.2%}")
     figure("surfaces", ",".join(result.surfaces))

@@ -1,6 +1,7 @@
 """A generated matrix of contract datasets with the shapes real data has and the
 simulator does not: one surface, no conversions, string-like ids, many events at the
-same second, a 3-year span with few events per day, users without attributes."""
+same second, a 3-year span with few events per day, users without attributes, a dense
+past with a sparse recent tail."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pyarrow.parquet as pq
 from gem.data.contract import EVENTS_SCHEMA, USERS_FILE, USERS_SCHEMA, Manifest, event_files, with_optional_columns
 from gem.data.io import write_events_by_day
 
-SHAPES = ("one_surface", "no_conversions", "string_ids", "same_second", "three_years", "users_without_attributes")
+SHAPES = ("one_surface", "no_conversions", "string_ids", "same_second", "three_years", "users_without_attributes",
+          "sparse_tail")
 
 
 def _events(root: Path):
@@ -58,7 +60,7 @@ def repeated_years(base: Path, out: Path, years: int, every_days: int = 7) -> Pa
     while every user's history keeps growing year after year."""
     import pandas as pd
 
-    shutil.copytree(base, out, ignore=shutil.ignore_patterns("_validation", ".gem-output"))
+    shutil.copytree(base, out, ignore=shutil.ignore_patterns("_validation", ".gem-output", ".profile.npz"))
     manifest = Manifest.read(out)
     ev = _events(out)
     start = ev["event_time"].min().floor("D")
@@ -78,7 +80,9 @@ def repeated_years(base: Path, out: Path, years: int, every_days: int = 7) -> Pa
 
 def make_shape(base: Path, out: Path, shape: str) -> Path:
     """``base`` (a small simulated dataset) turned into ``shape`` at ``out``."""
-    shutil.copytree(base, out, ignore=shutil.ignore_patterns("_validation", ".gem-output"))
+    import pandas as pd
+
+    shutil.copytree(base, out, ignore=shutil.ignore_patterns("_validation", ".gem-output", ".profile.npz"))
     manifest = Manifest.read(out)
     ev = _events(out)
     if shape == "one_surface":  # a single surface named by the data, and no conversion at all
@@ -105,6 +109,11 @@ def make_shape(base: Path, out: Path, shape: str) -> Path:
         start = ev["event_time"].min().floor("D")
         ev = _spread(ev, start, 3 * 365 * 86_400, every_days=7)
         manifest.window_end = (start + dt.timedelta(days=3 * 365 + 1)).isoformat()
+    elif shape == "sparse_tail":  # a dense past, then the last two days' events spread thin over 120 days
+        last = ev["event_time"].dt.floor("D").max() - dt.timedelta(days=1)
+        tail = ev["event_time"] >= last
+        ev = pd.concat([ev[~tail], _spread(ev[tail], last, 120 * 86_400, every_days=3)], ignore_index=True)
+        manifest.window_end = (last + dt.timedelta(days=121)).isoformat()
     elif shape == "users_without_attributes":
         users = pq.read_table(out / USERS_FILE)
         pq.write_table(pa.table({"user_id": users.column("user_id")} | {

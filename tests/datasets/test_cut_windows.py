@@ -21,7 +21,7 @@ def test_ingest_cuts_the_windows_at_the_given_points(tiny_dataset, tmp_path):
     assert cut.windows == {"start": manifest.start.isoformat(), "teacher_end": "2026-01-02T12:00:00+00:00",
                            "student_end": "2026-01-04T00:00:00+00:00", "end": manifest.end.isoformat()}
     write_cuts(ws, None)  # a run without cut points: the last-days protocol, not the reused cut
-    default = ingest(str(tiny_dataset), str(ws), "tiny", ctx)
+    default = ingest(str(tiny_dataset), str(ws), "tiny", ctx, student_days=1, holdout_days=1)
     assert default.windows == split_windows(ws / "clean").as_dict() != cut.windows
     write_cuts(ws, ["2026-01-04", "2026-01-02"])
     with pytest.raises(ValueError, match="increasing"):

@@ -25,14 +25,15 @@ def test_ingest_reruns_when_a_file_of_the_dataset_changes_in_place(tiny_dataset,
     data = tmp_path / "data"
     shutil.copytree(tiny_dataset, data)
     ctx = RunContext(pipeline_run_id="reuse", tracking_root=str(tmp_path / "ws"))
-    first = ingest(str(data), str(tmp_path / "ws"), "tiny", ctx)
-    assert ingest(str(data), str(tmp_path / "ws"), "tiny", ctx) == first  # unchanged: reused
+    days = {"student_days": 1, "holdout_days": 1}
+    first = ingest(str(data), str(tmp_path / "ws"), "tiny", ctx, **days)
+    assert ingest(str(data), str(tmp_path / "ws"), "tiny", ctx, **days) == first  # unchanged: reused
     users = data / "users.parquet"
     table = pq.read_table(users)
     country = table.column("country").to_pylist()
     country[0] = "zz" if country[0] != "zz" else "yy"
     pq.write_table(table.set_column(table.schema.get_field_index("country"), "country", pa.array(country)), users)
-    second = ingest(str(data), str(tmp_path / "ws"), "tiny", ctx)
+    second = ingest(str(data), str(tmp_path / "ws"), "tiny", ctx, **days)
     assert second.data_digest != first.data_digest
 
 
