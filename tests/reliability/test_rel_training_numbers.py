@@ -64,3 +64,21 @@ def test_weights_that_zero_every_task_the_data_has_are_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"task_weights=\[0.0, 1.0\]: the tasks of .* \(click\) all weigh 0"):
         check_trainable(cfg, loader, str(features))
     check_trainable(load_train_config("tiny", ["task_weights=[1, 0]", "batch_size=16"])[0], loader, str(features))
+
+
+def test_the_deferred_guard_of_an_accelerator_names_the_first_bad_step():
+    """On a GPU (or several ranks) the guard keeps the first bad step as a tensor and
+    reads it at check points; its logic, run here on CPU tensors."""
+    import torch
+
+    from gem.training.step import LossGuard
+
+    cfg, _ = load_train_config("tiny")
+    guard = LossGuard(cfg, torch.device("cpu"))
+    guard.at_once = False  # the accelerator's path (no device here)
+    guard.observe(torch.tensor(0.7), 1)
+    guard.check()
+    for step, loss in ((2, 0.6), (3, float("nan")), (4, 0.5), (5, float("inf"))):
+        guard.observe(torch.tensor(loss), step)
+    with pytest.raises(TrainingDiverged, match="training stopped at step 3: the loss is NaN or infinite"):
+        guard.check()
