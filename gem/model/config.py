@@ -36,6 +36,9 @@ class ModelConfig:
     num_cls_tokens: int = 1
     num_pool_tokens: int = 1
     num_recent_tokens: int = 2
+    # one more summary token: the history attended by the target item (its embedding
+    # projected to a query per example), as DIN's target attention
+    target_attention: bool = False
     # Pyramid: history tokens kept (most recent) at the input of each layer; [] keeps all.
     pyramid: list[int] = field(default_factory=list)
     age_buckets: int = 32

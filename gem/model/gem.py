@@ -37,6 +37,8 @@ class GEM(RankingModel):
             len(spec.surfaces), len(spec.tasks), cfg.dropout,
         )
         self.max_seq_len = spec.max_seq_len + cfg.num_cls_tokens
+        # the target-attention query reads the target item's own input token
+        self.target_token = list(spec.sparse).index("item_id") if cfg.target_attention else None
 
     def trunk(self, batch: Batch) -> tuple[torch.Tensor, object]:
         inp = self.inputs(batch)
@@ -45,8 +47,9 @@ class GEM(RankingModel):
             cls_BCD = self.cls_tokens.to(seq_ND.dtype).expand(x_BnD.shape[0], -1, -1)
             seq_ND, offsets = prepend_tokens(seq_ND, offsets, cls_BCD)
         summary_BsD = x_BnD[:, :0]
+        target_BD = None if self.target_token is None else x_BnD[:, self.target_token]
         for i, layer in enumerate(self.layers):
             budget = self.cfg.pyramid[i] if self.cfg.pyramid else None
             seq_ND, offsets = apply_pyramid(seq_ND, offsets, self.cfg.num_cls_tokens, budget)
-            x_BnD, seq_ND, summary_BsD = layer(x_BnD, seq_ND, offsets, self.max_seq_len)
+            x_BnD, seq_ND, summary_BsD = layer(x_BnD, seq_ND, offsets, self.max_seq_len, target_BD)
         return torch.cat([x_BnD.flatten(1), summary_BsD.flatten(1)], dim=1), inp

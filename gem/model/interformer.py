@@ -21,7 +21,7 @@ from torch import nn
 
 from gem.model.attention import JaggedMultiHeadAttention
 from gem.model.config import ModelConfig
-from gem.model.jagged import attention_pool, gather_prefix, gather_recent, keep_recent, segment_ids
+from gem.model.jagged import attention_pool, gather_prefix, gather_recent, keep_recent, segment_ids, target_pool
 from gem.model.wukong import WukongArch
 
 
@@ -72,14 +72,19 @@ class SequenceSummary(nn.Module):
         self.num_cls, self.num_recent = cfg.num_cls_tokens, cfg.num_recent_tokens
         dim = cfg.embedding_dim
         self.pool_queries = nn.Parameter(torch.randn(cfg.num_pool_tokens, dim) * 0.02) if cfg.num_pool_tokens else None
+        self.target_query = nn.Linear(dim, dim) if cfg.target_attention else None
         self.norm = nn.LayerNorm(dim)
 
     @property
     def num_tokens(self) -> int:
-        return self.num_cls + self.num_recent + (0 if self.pool_queries is None else self.pool_queries.shape[0])
+        return (self.num_cls + self.num_recent + (0 if self.pool_queries is None else self.pool_queries.shape[0])
+                + (self.target_query is not None))
 
-    def forward(self, seq_ND: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    def forward(self, seq_ND: torch.Tensor, offsets: torch.Tensor, target_BD: torch.Tensor | None = None
+                ) -> torch.Tensor:
         parts = []
+        if self.target_query is not None:  # the history's prefix (CLS) tokens take part, as in the pooling
+            parts.append(target_pool(seq_ND, offsets, self.target_query(target_BD))[:, None, :])
         if self.num_cls:
             parts.append(gather_prefix(seq_ND, offsets, self.num_cls))
         if self.pool_queries is not None:
@@ -130,10 +135,11 @@ class InterFormerLayer(nn.Module):
         )
         self.cross = GatedCrossBlock(self.interaction.num_out, self.num_cls, dim)
 
-    def forward(self, x_BnD, seq_ND, offsets, max_seq_len: int):
-        """Returns (x (B, n_out, D), seq (N, D), summary (B, s, D))."""
+    def forward(self, x_BnD, seq_ND, offsets, max_seq_len: int, target_BD=None):
+        """Returns (x (B, n_out, D), seq (N, D), summary (B, s, D)); ``target_BD``: the
+        target item's input embedding (for the target-attention token)."""
         seq_ND = self.sequence(seq_ND, offsets, self.context(x_BnD.flatten(1)), max_seq_len)
-        summary_BsD = self.summary(seq_ND, offsets)
+        summary_BsD = self.summary(seq_ND, offsets, target_BD)
         x_BnD = self.interaction(torch.cat([x_BnD, summary_BsD], dim=1))
         x_BnD, cls_update = self.cross(x_BnD, summary_BsD)
         if cls_update is not None:

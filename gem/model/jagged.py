@@ -78,3 +78,15 @@ def attention_pool(values_ND: torch.Tensor, offsets: torch.Tensor, queries_MD: t
     scores_BML = scores_BML.masked_fill(~(valid_BL | (lengths[:, None] == 0))[:, None, :], float("-inf"))
     pooled = torch.bmm(scores_BML.softmax(-1), dense_BLD)
     return pooled * (lengths > 0)[:, None, None].to(pooled.dtype)
+
+
+def target_pool(values_ND: torch.Tensor, offsets: torch.Tensor, queries_BD: torch.Tensor) -> torch.Tensor:
+    """(B, D): softmax attention of one query per sequence over its tokens (empty -> 0)."""
+    lengths = lengths_of(offsets)
+    max_len = max(int(lengths.max()) if lengths.numel() else 0, 1)
+    dense_BLD = torch.ops.fbgemm.jagged_to_padded_dense(values_ND, [offsets], [max_len], 0.0)
+    scores_BL = torch.einsum("bd,bld->bl", queries_BD.to(dense_BLD.dtype), dense_BLD) / math.sqrt(values_ND.shape[1])
+    valid_BL = torch.arange(max_len, device=offsets.device)[None, :] < lengths[:, None]
+    scores_BL = scores_BL.masked_fill(~(valid_BL | (lengths[:, None] == 0)), float("-inf"))
+    pooled = torch.einsum("bl,bld->bd", scores_BL.softmax(-1), dense_BLD)
+    return pooled * (lengths > 0)[:, None].to(pooled.dtype)

@@ -210,3 +210,23 @@ def test_first_order_weights_start_at_zero_and_learn_per_id_biases(spec, arch):
     unseen = torch.ones(user_table.shape[0], dtype=torch.bool)
     unseen[seen] = False
     assert torch.count_nonzero(user_table[unseen]) == 0 and torch.count_nonzero(user_table[seen]) > 0
+
+
+def test_target_attention_token_reads_the_history_for_the_target(spec):
+    """model.target_attention: one more summary token, the history attended by a query
+    from the target item's embedding; every parameter learns."""
+    from gem.model.jagged import target_pool
+
+    cfg = load_model_config("tiny", ["target_attention=true"])
+    model = build_model(cfg, spec)
+    plain = build_model(load_model_config("tiny"), spec)
+    assert model.layers[-1].summary.num_tokens == plain.layers[-1].summary.num_tokens + 1
+    batch = synthetic_batch(spec, 8, mean_len=6.0)
+    loss, _ = multitask_loss(model(batch), batch.labels)
+    loss.backward()
+    assert [n for n, p in model.named_parameters() if p.grad is None] == []
+    # target_pool: a softmax over each sequence's own tokens only; empty sequences give 0
+    values = torch.tensor([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]])
+    offsets = torch.tensor([0, 2, 2, 3])
+    pooled = target_pool(values, offsets, torch.tensor([[50.0, 0.0], [1.0, 1.0], [1.0, 0.0]]))
+    torch.testing.assert_close(pooled, torch.tensor([[1.0, 0.0], [0.0, 0.0], [5.0, 5.0]]), atol=1e-4, rtol=0)
