@@ -175,13 +175,13 @@ class Manifest:
 
     @classmethod
     def read(cls, directory: Path) -> "Manifest":
-        path = Path(directory) / MANIFEST
-        if not path.is_file():
-            raise ContractError(f"{path}: missing; a dataset directory needs a {MANIFEST}")
-        try:
-            raw = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ContractError(f"{path}: not valid JSON ({exc})") from exc
+        return cls.parse(read_manifest_json(directory), Path(directory) / MANIFEST)
+
+    @classmethod
+    def parse(cls, raw: dict, path: Path) -> "Manifest":
+        """The manifest of ``raw`` (the JSON of ``path``), checked under the contract."""
+        if not isinstance(raw, dict):
+            raise ContractError(f"{path}: not a JSON object")
         missing = [k for k in ("name", "source", "window_start", "window_end") if k not in raw]
         if missing:
             raise ContractError(f"{path}: missing field(s) {missing}")
@@ -197,6 +197,63 @@ class Manifest:
         if unknown:
             raise ContractError(f"{path}: unknown field(s) {unknown}")
         return cls(**raw)
+
+
+def read_manifest_json(directory: Path) -> dict:
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise ContractError(f"{path}: missing; a dataset directory needs a {MANIFEST}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ContractError(f"{path}: not valid JSON ({exc})") from exc
+
+
+class DatasetHandle:
+    """A contract dataset as one stage sees it: its folder (resolved), its manifest read
+    and checked once, and its content digests from one walk of its files, taken on first
+    use. A stage opens it once (``DatasetHandle.open``) and passes it down, so its helpers
+    neither re-read the manifest nor hash the tree again; ``open`` of a handle is the
+    handle. The digests are of the files as they were at that walk."""
+
+    def __init__(self, root: Path, raw_manifest: dict):
+        self.root = Path(root)
+        self.raw_manifest = raw_manifest  # the JSON as written (the validation stamp digests it)
+        self.manifest = Manifest.parse(raw_manifest, self.root / MANIFEST)
+        self._files: list[tuple[str, str]] | None = None
+
+    @classmethod
+    def open(cls, data: "str | Path | DatasetHandle") -> "DatasetHandle":
+        if isinstance(data, DatasetHandle):
+            return data
+        root = Path(data).resolve()
+        return cls(root, read_manifest_json(root))
+
+    def __fspath__(self) -> str:
+        return str(self.root)
+
+    def __repr__(self) -> str:
+        return f"DatasetHandle({str(self.root)!r})"
+
+    @property
+    def files(self) -> list[tuple[str, str]]:
+        """(relative path, sha256) of every non-hidden file: the one walk of the tree."""
+        if self._files is None:
+            from gem.utils.digest import tree_files
+
+            self._files = tree_files(self.root)
+        return self._files
+
+    @property
+    def digest(self) -> str:
+        """``gem.utils.digest.tree_digest`` of the folder."""
+        return self.digest_excluding(())
+
+    def digest_excluding(self, names: tuple[str, ...]) -> str:
+        """``tree_digest(root, exclude=names)``, from the same walk."""
+        from gem.utils.digest import digest_of_files
+
+        return digest_of_files(self.files, exclude=names)
 
 
 def parse_utc(text: str) -> dt.datetime:

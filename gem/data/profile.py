@@ -30,7 +30,7 @@ from gem.data.contract import (
     TIMESTAMP,
     USER_ATTRIBUTES,
     USERS_FILE,
-    Manifest,
+    DatasetHandle,
     event_files,
 )
 
@@ -202,12 +202,13 @@ def _count(table: pa.Table, declared: list[str], start_us: int | None, end_us: i
         roles=roles)
 
 
-def daily_counts(data_dir: str | Path) -> DailyCounts:
+def daily_counts(data: str | Path | DatasetHandle) -> DailyCounts:
     """Every event file's counts per day and surface, from one scan; kept beside the data
     (``.profile.npz``, hidden) under the files' fingerprint, so later stages and windows of
     an unchanged dataset read no event file again."""
-    data_dir = Path(data_dir)
-    declared = list(Manifest.read(data_dir).surfaces)
+    dataset = DatasetHandle.open(data)
+    data_dir = dataset.root
+    declared = list(dataset.manifest.surfaces)
     files = event_files(data_dir)
     key = _fingerprint(data_dir, files)
     cache = data_dir / CACHE_FILE
@@ -228,20 +229,22 @@ def daily_counts(data_dir: str | Path) -> DailyCounts:
     return counts
 
 
-def profile_dataset(data_dir: str | Path, *, start_us: int | None = None, end_us: int | None = None) -> DataProfile:
-    """The profile of ``data_dir``'s events (only those in [start_us, end_us) when given).
+def profile_dataset(data: str | Path | DatasetHandle, *, start_us: int | None = None,
+                    end_us: int | None = None) -> DataProfile:
+    """The profile of ``data``'s events (only those in [start_us, end_us) when given).
     Whole-day windows are sums of ``daily_counts`` (one scan per dataset, cached); a window
     cut inside a day scans only the event files of the days it touches."""
-    data_dir = Path(data_dir)
+    dataset = DatasetHandle.open(data)
+    data_dir = dataset.root
     aligned = all(b is None or b % US_PER_DAY == 0 for b in (start_us, end_us))
     if aligned:
-        counts = daily_counts(data_dir).between(None if start_us is None else start_us // US_PER_DAY,
+        counts = daily_counts(dataset).between(None if start_us is None else start_us // US_PER_DAY,
                                                 None if end_us is None else end_us // US_PER_DAY)
     else:
         files = [f for f in event_files(data_dir) if (day := _day_of(f)) is None or not (
             (start_us is not None and (day + 1) * US_PER_DAY <= start_us)
             or (end_us is not None and day * US_PER_DAY >= end_us))]
-        counts = _count(_read_events(files), list(Manifest.read(data_dir).surfaces), start_us, end_us)
+        counts = _count(_read_events(files), list(dataset.manifest.surfaces), start_us, end_us)
     return _profile(counts, data_dir)
 
 

@@ -34,7 +34,7 @@ import json
 import logging
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +56,7 @@ from gem.data.contract import (
     USERS_FILE,
     USERS_SCHEMA,
     ContractError,
+    DatasetHandle,
     Manifest,
     event_files,
 )
@@ -159,7 +160,7 @@ class _Quarantine:
         os.replace(self._tmp, self.path)
 
 
-def validate_dataset(path: str | Path, *, report_dir: str | Path | None = None,
+def validate_dataset(path: str | Path | DatasetHandle, *, report_dir: str | Path | None = None,
                      out: str | Path | None = None) -> ValidationReport:
     """Validate the dataset at ``path``.
 
@@ -170,7 +171,8 @@ def validate_dataset(path: str | Path, *, report_dir: str | Path | None = None,
     root = Path(path)
     if not root.is_dir():
         raise ContractError(f"{root}: not a dataset directory")
-    manifest = Manifest.read(root)
+    # a handle's manifest is shared with its stage: this function changes a copy
+    manifest = replace(path.manifest) if isinstance(path, DatasetHandle) else Manifest.read(root)
     report_dir = Path(report_dir) if report_dir else root / REPORT_DIR
     report = ValidationReport(dataset=str(root))
     quarantine = _Quarantine(report_dir / "quarantine.parquet")
@@ -227,13 +229,18 @@ def validate_dataset(path: str | Path, *, report_dir: str | Path | None = None,
     return report
 
 
-def dataset_stamp(root: Path) -> str:
-    """Digest of a dataset's files and manifest (less its own stamp and reports)."""
+def dataset_stamp(root: "Path | DatasetHandle") -> str:
+    """Digest of a dataset's files and manifest (less its own stamp and reports); of a
+    DatasetHandle, from the manifest and the walk it already holds."""
     from gem.utils.digest import tree_digest, value_digest
 
-    manifest = json.loads((Path(root) / MANIFEST).read_text())
+    if isinstance(root, DatasetHandle):
+        manifest, files = dict(root.raw_manifest), root.digest_excluding((MANIFEST, REPORT_DIR))
+    else:
+        manifest = json.loads((Path(root) / MANIFEST).read_text())
+        files = tree_digest(root, exclude=(MANIFEST, REPORT_DIR))
     manifest["extra"] = {k: v for k, v in manifest.get("extra", {}).items() if k != "validation"}
-    return value_digest({"files": tree_digest(root, exclude=(MANIFEST, REPORT_DIR)), "manifest": manifest})
+    return value_digest({"files": files, "manifest": manifest})
 
 
 def stamp_clean(root: Path, manifest: Manifest) -> None:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from gem.data.batch import FeatureSpec
-from gem.data.contract import EVENT_TYPES, MANIFEST, TASKS, Manifest, parse_utc
+from gem.data.contract import EVENT_TYPES, MANIFEST, TASKS, DatasetHandle, Manifest, parse_utc
 from gem.data.profile import daily_counts, profile_dataset
 from gem.features.config import FeaturesConfig
 from gem.features.feast_repo import apply, copy_repo, resolve_repo
@@ -85,17 +85,20 @@ def feature_spec(vocab: Vocabularies, max_seq_len: int, surfaces: list[str], tas
     )
 
 
-def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig, *,
+def prepare_build(data_dir: str | Path | DatasetHandle, out_dir: str | Path, cfg: FeaturesConfig, *,
                   window_start: str | None = None, window_end: str | None = None) -> BuildPlan:
+    """Stage the window's inputs (see the module doc). ``data_dir``: a path, or the
+    stage's DatasetHandle (its manifest and digests are then not read again)."""
     cfg.check()
-    data_dir, out_dir = Path(data_dir).resolve(), Path(out_dir).resolve()
-    manifest = Manifest.read(data_dir)
+    dataset = DatasetHandle.open(data_dir)
+    data_dir, out_dir, manifest = dataset.root, Path(out_dir).resolve(), dataset.manifest
     claim_output(out_dir, OUTPUT_KIND, inputs=[data_dir] + ([cfg.vocab_from] if cfg.vocab_from else []),
                  legacy=_earlier_build)
     (out_dir / MANIFEST).unlink(missing_ok=True)  # from here on the directory is "unfinished"
     shutil.rmtree(out_dir / WORK_DIR, ignore_errors=True)
     shutil.rmtree(out_dir / VALIDATION_DIR, ignore_errors=True)
-    data_dir = checked_dataset(data_dir, out_dir / WORK_DIR, out_dir / VALIDATION_DIR, on_invalid=cfg.on_invalid)
+    dataset = checked_dataset(dataset, out_dir / WORK_DIR, out_dir / VALIDATION_DIR, on_invalid=cfg.on_invalid)
+    data_dir = dataset.root
     start = parse_utc(window_start) if window_start else manifest.start
     end = parse_utc(window_end) if window_end else manifest.end
     if start >= end:
@@ -103,12 +106,12 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
     start_us, end_us = to_us(start), to_us(end)
     history_days = [d for d in dataset_days(data_dir) if day_start_us(d) < end_us]
     # events per day from the dataset's cached daily counts (read once per dataset, not per build)
-    by_day = daily_counts(data_dir).events_by_day()
+    by_day = daily_counts(dataset).events_by_day()
     sizes = {d: by_day.get(d, 0) for d in history_days}
     events = sum(sizes.values())
     example_days, period_days = shard_periods(window_days(start_us, end_us), sizes, days_per_shard=cfg.days_per_shard,
                                               shard_events=cfg.shard_events, num_buckets=cfg.num_buckets)
-    profile = profile_dataset(data_dir)  # the whole dataset's: every window of it gets the same spec
+    profile = profile_dataset(dataset)  # the whole dataset's: every window of it gets the same spec
     for text in profile.warnings:
         log.warning("features: %s", text)
     if not profile.surfaces:
@@ -135,7 +138,7 @@ def prepare_build(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig
         data_dir, end_us, cfg.min_count)
     vocab.write(out_dir)
     copy_repo(plan.feast_repo, plan.feast_dir)
-    export(data_dir, plan.feast_dir, parts=("users", "items"))
+    export(dataset, plan.feast_dir, parts=("users", "items"))
     apply(plan.feast_dir, definitions_repo=plan.feast_repo)
     plan.write()
     with process_pool(_workers(cfg, len(plan.stage_groups), events)) as pool:

@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gem.data.contract import EVENTS_DIR, ITEMS_FILE, TIMESTAMP, USERS_FILE, Manifest
+from gem.data.contract import EVENTS_DIR, ITEMS_FILE, TIMESTAMP, USERS_FILE, DatasetHandle
 from gem.features.storage import write_parquet_atomic
 
 SOURCE_FILES = {
@@ -30,8 +30,9 @@ SOURCE_FILES = {
 }
 
 
-def attribute_time(data_dir: Path) -> dt.datetime:
-    data_dir = Path(data_dir)
+def attribute_time(data: Path | DatasetHandle) -> dt.datetime:
+    dataset = DatasetHandle.open(data)
+    data_dir = dataset.root
     con = duckdb.connect()
     try:
         first_us = con.execute(  # the path is a bound parameter, never SQL text
@@ -40,18 +41,19 @@ def attribute_time(data_dir: Path) -> dt.datetime:
         ).fetchone()[0]
     finally:
         con.close()
-    start = Manifest.read(data_dir).start
+    start = dataset.manifest.start
     if first_us is not None:
         start = min(start, dt.datetime.fromtimestamp(first_us / 1e6, dt.timezone.utc))
     return start.replace(microsecond=0) - dt.timedelta(seconds=1)
 
 
-def export(data_dir: str | Path, repo_dir: str | Path, *, recent_k: int = 20,
+def export(data_dir: str | Path | DatasetHandle, repo_dir: str | Path, *, recent_k: int = 20,
            parts: tuple[str, ...] = ("users", "items", "recent")) -> dict[str, Path]:
     """Write the requested sources into ``repo_dir/data``; returns their paths."""
-    data_dir, out = Path(data_dir), Path(repo_dir) / "data"
+    dataset = DatasetHandle.open(data_dir)
+    data_dir, out = dataset.root, Path(repo_dir) / "data"
     out.mkdir(parents=True, exist_ok=True)
-    stamp = attribute_time(data_dir)
+    stamp = attribute_time(dataset)
     written = {}
     for part, file in (("users", USERS_FILE), ("items", ITEMS_FILE)):
         if part in parts:

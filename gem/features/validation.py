@@ -1,6 +1,6 @@
 """The features build's gate on its input: gem.data.validate's rules, nothing else.
 
-    data_dir = checked_dataset(data_dir, work_dir, report_dir, on_invalid="refuse")
+    dataset = checked_dataset(data, work_dir, report_dir, on_invalid="refuse")  # a DatasetHandle
 
 A dataset written by ``gem data validate --out`` carries a stamp (the digest of its
 files and manifest at validation time); an unchanged stamped dataset is not validated
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from gem.data.contract import Manifest
+from gem.data.contract import DatasetHandle
 from gem.data.validate import dataset_stamp, validate_dataset
 
 log = logging.getLogger(__name__)
@@ -33,17 +33,20 @@ class DatasetRejected(ValueError):
     """The features build's input breaks the data contract."""
 
 
-def checked_dataset(data_dir: Path, work_dir: Path, report_dir: Path, *, on_invalid: str = "refuse") -> Path:
-    """The dataset folder to build from (``data_dir`` or a clean copy); see module doc."""
+def checked_dataset(data: Path | DatasetHandle, work_dir: Path, report_dir: Path, *,
+                    on_invalid: str = "refuse") -> DatasetHandle:
+    """The dataset to build from (``data`` or a clean copy); see module doc."""
     if on_invalid not in ON_INVALID:
         raise ValueError(f"features.on_invalid={on_invalid!r} must be one of {ON_INVALID}")
-    stamp = Manifest.read(data_dir).extra.get("validation", {})
-    if stamp.get("digest") and stamp["digest"] == dataset_stamp(data_dir):
+    dataset = DatasetHandle.open(data)
+    data_dir = dataset.root
+    stamp = dataset.manifest.extra.get("validation", {})
+    if stamp.get("digest") and stamp["digest"] == dataset_stamp(dataset):
         log.info("features: %s was validated clean and is unchanged; not validating again", data_dir)
-        return data_dir
+        return dataset
     clean = work_dir / "clean" if on_invalid == "quarantine" else None
     scratch = work_dir / "validation"
-    report = validate_dataset(data_dir, report_dir=scratch, out=clean)
+    report = validate_dataset(dataset, report_dir=scratch, out=clean)
     hint = f"run `python -m gem data validate {data_dir}` for the full report"
     if report.empty:
         raise DatasetRejected(f"{data_dir}: empty dataset: {report.input_rows.get('events', 0):,} event rows, "
@@ -51,7 +54,7 @@ def checked_dataset(data_dir: Path, work_dir: Path, report_dir: Path, *, on_inva
     quarantined = sum(report.quarantined_rows.values())
     if quarantined == 0:
         shutil.rmtree(scratch, ignore_errors=True)
-        return data_dir
+        return dataset
     report_dir.mkdir(parents=True, exist_ok=True)
     for name in ("quarantine.parquet", "validation_report.json"):
         shutil.move(scratch / name, report_dir / name)
@@ -65,7 +68,7 @@ def checked_dataset(data_dir: Path, work_dir: Path, report_dir: Path, *, on_inva
             f"features.on_invalid=quarantine to drop them; quarantine: {report_dir / 'quarantine.parquet'}")
     log.warning("features: %d row(s) of %s quarantined (%s), building from the rest", quarantined, data_dir,
                 json.dumps(report.reasons))
-    return clean
+    return DatasetHandle.open(clean)
 
 
 def _rule(reason: str) -> str:

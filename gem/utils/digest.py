@@ -22,15 +22,31 @@ def tree_digest(root: str | Path, *, exclude: tuple[str, ...] = ()) -> str:
     """sha256 over every file under ``root`` (relative path and bytes), in path order.
     Hidden files and names in ``exclude`` (at any depth) are skipped; symlinks are
     followed, so a view of another dataset hashes like the dataset."""
+    return digest_of_files(tree_files(root, exclude=exclude))
+
+
+def tree_files(root: str | Path, *, exclude: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """(relative POSIX path, sha256) of every file ``tree_digest`` covers, in its order:
+    one walk from which digests over any subset follow (``digest_of_files``)."""
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"{root}: nothing to digest")
-    h = hashlib.sha256()
+    out = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root)
         if any(part.startswith(".") or part in exclude for part in rel.parts):
             continue
-        h.update(str(rel.as_posix()).encode() + b"\0" + file_digest(path).encode())
+        out.append((rel.as_posix(), file_digest(path)))
+    return out
+
+
+def digest_of_files(files: list[tuple[str, str]], *, exclude: tuple[str, ...] = ()) -> str:
+    """``tree_digest`` from ``tree_files``' entries, less those with a part in ``exclude``."""
+    h = hashlib.sha256()
+    for rel, digest in files:
+        if exclude and any(part in exclude for part in rel.split("/")):
+            continue
+        h.update(rel.encode() + b"\0" + digest.encode())
     return h.hexdigest()
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gem import tracking
+from gem.data.contract import DatasetHandle
 from gem.protocol import window_tag
 from gem.utils.digest import lineage_digest, tree_digest, value_digest
 from gem.utils.progress import figure, warning
@@ -40,11 +41,11 @@ def _config(preset: str, vocab_from: str, overrides: list[str] | None):
     return load_config(FeaturesConfig, section="features", preset=preset, overrides=[*extra, *(overrides or [])])
 
 
-def _key(data: str, start: str, end: str, cfg, vocab_from: str) -> dict:
+def _key(dataset: DatasetHandle, start: str, end: str, cfg, vocab_from: str) -> dict:
     from gem.config import flatten
 
     settings = {k: v for k, v in flatten(cfg).items() if k not in ("vocab_from", "workers")}
-    return {"data": tree_digest(data), "window": [start, end], "config": value_digest(settings),
+    return {"data": dataset.digest, "window": [start, end], "config": value_digest(settings),
             "vocab": tree_digest(Path(vocab_from) / "vocab") if vocab_from else ""}
 
 
@@ -66,14 +67,15 @@ def features_plan(data: str, out: str, start: str, end: str, preset: str, vocab_
     from gem.features.shards import list_shards
 
     cfg = _config(preset, vocab_from, overrides)
-    key = _key(data, start, end, cfg, vocab_from)
+    dataset = DatasetHandle.open(data)  # the manifest read and the tree digested once for the whole stage
+    key = _key(dataset, start, end, cfg, vocab_from)
     done = Reuse(Path(out) / DONE_RECORD, key)
     if done.get() and (manifest := _finished(out)):
         return [shard["name"] for shard in manifest["shards"]]
     planned = Reuse(Path(out) / PLAN_RECORD, key)
     if not planned.get():
         shutil.rmtree(Path(out) / "shards", ignore_errors=True)  # built from other inputs
-    plan = prepare_build(data, out, cfg, window_start=start, window_end=end)
+    plan = prepare_build(dataset, out, cfg, window_start=start, window_end=end)
     names = [k.name for k in list_shards(plan)]
     planned.put({"shards": names})
     figure("shards", len(names))
@@ -145,7 +147,8 @@ def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext, data_
     from gem.features.feast_repo import feast_env
 
     env = feast_env()  # GEM_FEAST_ENV: cluster tasks get the shared stores (feature_repo/feature_store.cluster.yaml)
-    reuse = Reuse(Path(repo_dir) / MATERIALIZED_RECORD, {"data": data_digest or tree_digest(data), "end": end,
+    dataset = DatasetHandle.open(data)
+    reuse = Reuse(Path(repo_dir) / MATERIALIZED_RECORD, {"data": data_digest or dataset.digest, "end": end,
                                                           "env": env})
     if (done := reuse.get()) and (Path(repo_dir) / "feature_store.yaml").is_file():
         figure("feature views", len(done["feature_views"]))
@@ -159,7 +162,7 @@ def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext, data_
     with tracked(ctx, "feast", tags={tracking.TAG_FEATURE_VIEWS: "user_attributes,item_attributes,recent_behavior"}):
         repo = copy_repo(None, Path(repo_dir), env=env)
         mlflow.log_param("feast_env", env)
-        export(data, repo)
+        export(dataset, repo)
         apply(repo, definitions_repo=resolve_repo(None))
         store = materialize(repo, end=parse_utc(end))
         views = sorted(v.name for v in store.list_feature_views())
