@@ -112,11 +112,11 @@ class Evidence:
         out = ratio_of_lifts((n_point, n_reps), (d_point, d_reps), self.level)
         return {**out, "numerator": f"{num[0]} - {num[1]}", "denominator": f"{den[0]} - {den[1]}"}
 
-    def absolute(self, arm: str, metric: str) -> float:
-        """The arm's metric, mean over surfaces then runs (a level, for the tables)."""
+    def absolute(self, arm: str, metric: str, surfaces: list[str] | None = None) -> float:
+        """The arm's metric, mean over surfaces (``surfaces``: only those) then runs (a level, for the tables)."""
         values = []
-        for key, surfaces in self.runs.get(arm, {}).items():
-            points = [self.metric(arm, key, s, metric)[0] for s in sorted(surfaces)]
+        for key, ran in self.runs.get(arm, {}).items():
+            points = [self.metric(arm, key, s, metric)[0] for s in sorted(ran) if surfaces is None or s in surfaces]
             points = [p for p in points if math.isfinite(p)]
             if points:
                 values.append(float(np.mean(points)))

@@ -71,6 +71,11 @@ def needs_teacher(arm: ArmConfig) -> bool:
     return from_dict(TransferConfig, copy.deepcopy(arm.transfer)).needs_teacher()
 
 
+def capacity_baselines(arms: dict[str, ArmConfig]) -> dict[str, str]:
+    """arm -> its capacity-matched no-teacher baseline (the arm whose capacity_of names it)."""
+    return {a.capacity_of: name for name, a in arms.items() if a.capacity_of}
+
+
 def check_arms(arms: dict[str, ArmConfig]) -> None:
     """Every arm gets the same budget: grids of one size; capacity references exist."""
     sizes = {name: max(len(a.grid), 1) for name, a in arms.items()}

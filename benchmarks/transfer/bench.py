@@ -7,6 +7,9 @@ bootstrap intervals, the staleness sweep, and the serving latency of a student.
 benchmarks/transfer/report.py) and logs the whole experiment to one MLflow experiment.
 Datasets whose raw files are missing are skipped (listed under ``skipped``).
 ``--preset tiny`` is the smoke run (one small simulator world, two arms).
+``--section NAME`` writes the run under that key of the result file instead, keeping the
+rest of it (``--preset ciao --section ciao``: transfer.json's ``ciao`` section), and
+refreshes the file's ``goals`` (benchmarks/transfer/goals.py).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 
 from benchmarks.results import print_table, shared_data, write_result
 
-REAL = {"movielens": "movielens-100k", "taobao": "taobao-userbehavior"}
+REAL = {"movielens": "movielens-100k", "taobao": "taobao-userbehavior", "ciao": "ciao"}
 
 
 def _groups(names: list[str], jobs: int) -> list[list[str]]:
@@ -69,6 +72,28 @@ def _parallel(args, cfg, work: Path) -> dict:
     return finish(parent_id, parts, cfg, time.perf_counter() - started)
 
 
+def write_section(result: str, section: str, payload: dict, sizes: dict) -> Path:
+    """``payload`` (with the machine, sizes and time) as ``section`` of ``<result>.json``,
+    the file's other keys as they were; ``goals`` recomputed from its simulator and Ciao figures."""
+    import json
+    import time
+
+    from benchmarks.results import machine_info, results_dir
+    from benchmarks.transfer.goals import restated
+    from gem.utils.atomic import write_json
+
+    path = results_dir() / f"{result}.json"
+    whole = json.loads(path.read_text()) if path.is_file() else {}
+    whole[section] = {**payload, "machine": machine_info(), "sizes": sizes,
+                      "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    ciao = next((v["datasets"]["ciao"] for v in whole.values() if isinstance(v, dict) and "ciao" in
+                 (v.get("datasets") or {})), None)
+    whole["goals"] = restated((whole.get("datasets") or {}).get("simulator"), ciao)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(whole, path)
+    return path
+
+
 def main() -> None:
     import os
 
@@ -79,6 +104,8 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--no-latency", action="store_true", help="skip the serving benchmark")
     parser.add_argument("--result", default="transfer", help="result name (benchmarks/results/<name>.json)")
+    parser.add_argument("--section", default="",
+                        help="write the run under this key of the result file, keeping its other keys")
     parser.add_argument("--datasets", default="", help="comma-separated dataset names (default: every one)")
     parser.add_argument("--jobs", type=int, default=2, help="datasets in this many processes (one thread each)")
     parser.add_argument("--parent-run", default="", help=argparse.SUPPRESS)  # a job of --jobs: its parent run
@@ -125,7 +152,8 @@ def main() -> None:
     sizes = {ds: {"period_days": next(d.period_days for d in cfg.datasets if d.name == ds), **entry["sizes"],
                   "worlds": [r["world"] for r in entry["staleness"]]}
              for ds, entry in payload["datasets"].items()}
-    path = write_result(args.result, payload, sizes=sizes)
+    path = write_section(args.result, args.section, payload, sizes) if args.section else \
+        write_result(args.result, payload, sizes=sizes)
     rows = [("transfer_ratio_combined (simulator, AUC)", payload["transfer_ratio_combined"]),
             ("  note", payload["transfer_ratio_combined_note"] or "defined")]
     for key in sorted(k for k in payload if k.startswith("serving_") and k.endswith("p99_ms")):

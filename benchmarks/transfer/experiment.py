@@ -20,18 +20,16 @@ of the headline world are registered (``student_<dataset>_<arm>_<surface>``).
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from benchmarks.results import bench_tracking, shared_data
-from benchmarks.transfer.arms import ArmConfig, ArmResult, check_arms, needs_teacher, run_arm
+from benchmarks.transfer.arms import TEACHER_FREE, ArmConfig, ArmResult, check_arms, needs_teacher, run_arm
 from benchmarks.transfer.worlds import (
     DatasetConfig,
     TeacherRun,
@@ -51,7 +49,7 @@ from students.config import KnowledgeReadConfig, OptimConfig, StudentModelConfig
 
 log = logging.getLogger(__name__)
 
-BASELINE = "no_teacher"
+BASELINE = TEACHER_FREE
 
 
 @dataclass(kw_only=True)
@@ -72,6 +70,7 @@ class ExperimentConfig:
     arms: dict[str, ArmConfig] = field(default_factory=dict)
     staleness_arms: list[str] = field(default_factory=lambda: ["no_teacher", "kd", "adapter"])
     staleness_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    cut_arms: list[str] = field(default_factory=list)  # the row-cut worlds' arms ([] = staleness_arms)
     # the differences reported besides each arm's lift: name -> [arm a, arm b] (a minus b)
     differences: dict[str, list[str]] = field(default_factory=lambda: {
         "adapter_vs_kd": ["adapter", "kd"], "combined_vs_kd": ["combined", "kd"]})
@@ -96,15 +95,11 @@ def load_experiment_config(preset: str, overrides: list[str] | None = None) -> E
     cfg.arms = {name: arm if isinstance(arm, ArmConfig) else from_dict(ArmConfig, arm, f"arms.{name}.")
                 for name, arm in cfg.arms.items()}  # gem.config types list items, not dict values
     check_arms(cfg.arms)
-    missing = [a for a in cfg.staleness_arms if a not in cfg.arms]
-    if missing:
-        raise ValueError(f"staleness_arms {missing} are not arms ({sorted(cfg.arms)})")
+    for key in ("staleness_arms", "cut_arms"):
+        missing = [a for a in getattr(cfg, key) if a not in cfg.arms]
+        if missing:
+            raise ValueError(f"{key} {missing} are not arms ({sorted(cfg.arms)})")
     return cfg
-
-
-def capacity_baselines(arms: dict[str, ArmConfig]) -> dict[str, str]:
-    """arm -> its capacity-matched no-teacher baseline (the arm whose capacity_of names it)."""
-    return {a.capacity_of: name for name, a in arms.items() if a.capacity_of}
 
 
 # -- one world --------------------------------------------------------------------------
@@ -116,6 +111,33 @@ class WorldResult:
     teacher_metrics: dict[str, dict[str, float]]
     examples: dict[str, int]
     serving: dict = field(default_factory=dict)
+    surfaces: list[str] = field(default_factory=list)  # the surfaces with students
+    teacher_only: dict[str, str] = field(default_factory=dict)  # surface -> why it has no student
+    examples_by_surface: dict[str, dict[str, int]] = field(default_factory=dict)  # table -> surface -> rows
+
+
+@dataclass
+class PreparedWorld:
+    """A world's windows, features, tables, teachers and knowledge: what its arms train on."""
+
+    world: World
+    spec: Any
+    base_tables: dict  # {"train", "validation", "evaluation"} without knowledge
+    knowledge_tables: dict  # teacher id -> cadence -> tables with its knowledge
+    teacher_metrics: dict[str, dict[str, float]]
+    dims: tuple[int, int]  # (teacher-embedding width, teacher embedding_dim)
+    surfaces: list[str]
+    teacher_only: dict[str, str]
+
+    def cut(self, name: str, fraction: float) -> "PreparedWorld":
+        """The same world with every table's training rows cut to each surface's newest ``fraction``."""
+        from benchmarks.transfer.surfaces import cut_tables
+
+        world = replace(self.world, name=name, timings={})
+        knowledge = {t: {c: cut_tables(tables, fraction) for c, tables in by_cadence.items()}
+                     for t, by_cadence in self.knowledge_tables.items()}
+        return replace(self, world=world, base_tables=cut_tables(self.base_tables, fraction),
+                       knowledge_tables=knowledge)
 
 
 def _tables(world: World, ds: DatasetConfig, cfg: ExperimentConfig):
@@ -137,9 +159,14 @@ def _with_knowledge(tables: dict, repo: Path, refresh_every: str) -> dict:
     return {k: attach_knowledge(t, repo, refresh_every=refresh_every) for k, t in tables.items()}
 
 
-def run_world(ds: DatasetConfig, cfg: ExperimentConfig, name: str, data_dir: Path, work: Path, tracking_uri: str,
-              parent_id: str, arm_names: list[str], seeds: list[int], headline: bool) -> WorldResult:
-    from benchmarks.transfer.analysis import Evidence
+def _cadences(cfg: ExperimentConfig, arm_names: list[str]) -> set[str]:
+    return {cfg.arms[a].refresh_every or cfg.knowledge.refresh_every for a in arm_names if needs_teacher(cfg.arms[a])}
+
+
+def prepare_world(ds: DatasetConfig, cfg: ExperimentConfig, name: str, data_dir: Path, work: Path,
+                  tracking_uri: str, parent_id: str, arm_names: list[str], headline: bool) -> PreparedWorld:
+    """Windows, features, the student surfaces, tables, teachers and their knowledge."""
+    from benchmarks.transfer.surfaces import student_surfaces, window_counts
     from gem.knowledge import load_teacher
     from students.train import evaluate
 
@@ -150,14 +177,14 @@ def run_world(ds: DatasetConfig, cfg: ExperimentConfig, name: str, data_dir: Pat
                   build_features(ds, data_dir, work, w, cfg.max_seq_len))
     world.timings["features_s"] = round(time.perf_counter() - started, 1)
     base_tables, spec = _tables(world, ds, cfg)
-    arms = {a: cfg.arms[a] for a in arm_names}
-    teacher_arms = [a for a in arm_names if needs_teacher(arms[a])]
-    cadences = {arms[a].refresh_every or cfg.knowledge.refresh_every for a in teacher_arms}
-    base = {"student": asdict(cfg.student), "optim": asdict(cfg.optim), "period_days": ds.period_days,
-            "knowledge": asdict(cfg.knowledge)}
+    surfaces, teacher_only = student_surfaces(list(spec.surfaces), window_counts(data_dir, w), ds.student_evidence)
+    if not surfaces:
+        raise ValueError(f"dataset {ds.name}, world {name}: no surface meets student_evidence {ds.student_evidence} "
+                         f"in its train, validation and evaluation windows: {teacher_only}")
+    cadences = _cadences(cfg, arm_names)
     teachers, knowledge_tables, teacher_metrics = [], {}, {}
     clock = time.perf_counter()
-    for seed in cfg.teacher_seeds if teacher_arms or headline else []:
+    for seed in cfg.teacher_seeds if cadences or headline else []:
         tdir = work / f"teacher_s{seed}"
         shutil.rmtree(tdir, ignore_errors=True)
         tdir.mkdir(parents=True)
@@ -181,135 +208,90 @@ def run_world(ds: DatasetConfig, cfg: ExperimentConfig, name: str, data_dir: Pat
             forward_flops_per_example(teachers[0].model, mean_len=float(cfg.max_seq_len) / 2))
     world.timings["teachers_and_knowledge_s"] = round(time.perf_counter() - clock, 1)
     dims = (0, 0)
-    if teachers:
+    if teachers and knowledge_tables[teachers[0].id]:
         any_tables = next(iter(knowledge_tables[teachers[0].id].values()))
         dims = (int(any_tables["train"].teacher_emb.shape[1]), int(teachers[0].model.cfg.embedding_dim))
+    return PreparedWorld(world, spec, base_tables, knowledge_tables, teacher_metrics, dims, surfaces, teacher_only)
+
+
+def run_arms(ds: DatasetConfig, cfg: ExperimentConfig, prepared: PreparedWorld, arm_names: list[str],
+             seeds: list[int], headline: bool) -> WorldResult:
+    """Every arm of ``arm_names`` on the prepared world's student surfaces (the headline
+    world keeps its first seed's students: registered, and the serving run's student)."""
+    from benchmarks.transfer.analysis import Evidence
+
+    world, spec, base_tables = prepared.world, prepared.spec, prepared.base_tables
+    arms = {a: cfg.arms[a] for a in arm_names}
+    teachers = world.teachers
+    base = {"student": asdict(cfg.student), "optim": asdict(cfg.optim), "period_days": ds.period_days,
+            "knowledge": asdict(cfg.knowledge), "surfaces": list(prepared.surfaces)}
     evaluation = base_tables["evaluation"]
     evidence = Evidence(evaluation.labels[:, 0].numpy(), evaluation.user_raw.numpy(), n=cfg.bootstrap,
-                        seed=len(name))
+                        seed=len(world.name))
     results: dict[str, list[ArmResult]] = {}
     clock = time.perf_counter()
     keep = (seeds[0],) if headline else ()
     for arm_name in arm_names:
         arm = arms[arm_name]
         runs = []
-        if arm_name in teacher_arms:
+        if needs_teacher(arm):
             for t in teachers:
-                tables = knowledge_tables[t.id][arm.refresh_every or cfg.knowledge.refresh_every]
+                tables = prepared.knowledge_tables[t.id][arm.refresh_every or cfg.knowledge.refresh_every]
                 runs.append(run_arm(arm_name, arm, cfg.arms, tables, spec, base, seeds, teacher_model=t.model,
-                                    teacher_id=t.id, teacher_dims=dims,
+                                    teacher_id=t.id, teacher_dims=prepared.dims,
                                     keep_models=keep if t is teachers[0] else ()))
         else:
-            runs.append(run_arm(arm_name, arm, cfg.arms, base_tables, spec, base, seeds, teacher_dims=dims,
-                                keep_models=keep))
+            runs.append(run_arm(arm_name, arm, cfg.arms, base_tables, spec, base, seeds,
+                                teacher_dims=prepared.dims, keep_models=keep))
         for r in runs:
             for seed, surfaces in r.runs.items():
                 evidence.add(arm_name, r.teacher, seed, {s: (x.index, x.probs) for s, x in surfaces.items()})
         results[arm_name] = runs
-        log.info("transfer: %s/%s/%s done (%.0f s)", ds.name, name, arm_name, time.perf_counter() - clock)
+        log.info("transfer: %s/%s/%s done (%.0f s)", ds.name, world.name, arm_name, time.perf_counter() - clock)
     world.timings["students_s"] = round(time.perf_counter() - clock, 1)
     examples = {k: len(t) for k, t in base_tables.items()}
+    by_surface = {k: {s: int((t.surface == i).sum()) for i, s in enumerate(spec.surfaces)}
+                  for k, t in base_tables.items()}
     serving = {"users": sorted(set(evaluation.user_raw.tolist())),
                "items": sorted({i for i in base_tables["train"].item_raw.tolist() if i >= 0})}
-    return WorldResult(world, results, evidence, teacher_metrics, examples, serving)
-
-
-# -- figures ------------------------------------------------------------------------------
-def world_figures(res: WorldResult, cfg: ExperimentConfig) -> dict:
-    """Per arm: absolute AUC/NE and the lift over no_teacher (and over its capacity-matched
-    baseline) with intervals; the configured differences; the combined/KD ratio."""
-    ev, out = res.evidence, {"arms": {}, "differences": {}, "ratios": {}}
-    matched = capacity_baselines(cfg.arms)
-    for arm in res.arms:
-        entry = {"auc": ev.absolute(arm, "auc"), "ne": ev.absolute(arm, "ne"), "label": cfg.arms[arm].label,
-                 "selected": [{"teacher": r.teacher, "point": r.point, "trials": r.trials} for r in res.arms[arm]],
-                 "size": _size(res.arms[arm]), "flops_per_example": _flops(res.arms[arm])}
-        teacher_flops = res.world.timings.get("teacher_flops_per_example")
-        entry["flops_ratio_to_teacher"] = entry["flops_per_example"] / teacher_flops if teacher_flops else None
-        if arm != BASELINE:
-            entry["lift_auc"] = ev.lift(arm, BASELINE, "auc")
-            entry["lift_ne"] = ev.lift(arm, BASELINE, "ne")
-        ref = cfg.arms[arm].capacity_baseline or matched.get(arm)
-        if ref and ref in res.arms:
-            entry["capacity_baseline"] = ref
-            entry["lift_auc_vs_capacity"] = ev.lift(arm, ref, "auc")
-            entry["lift_ne_vs_capacity"] = ev.lift(arm, ref, "ne")
-        out["arms"][arm] = entry
-    for name, (a, b) in cfg.differences.items():
-        if a in res.arms and b in res.arms:
-            out["differences"][name] = {"auc": ev.lift(a, b, "auc"), "ne": ev.lift(a, b, "ne")}
-    for num in ("combined", "adapter"):
-        if num in res.arms and "kd" in res.arms:
-            out["ratios"][f"transfer_ratio_{num}"] = {
-                metric: ev.ratio((num, BASELINE), ("kd", BASELINE), metric) for metric in ("auc", "ne")}
-    out["teachers"] = {t.id: {"seed": t.seed, "version": t.version,
-                              "auc_click_surface_mean": _surface_mean(res.teacher_metrics[t.id], "auc"),
-                              "ne_click_surface_mean": _surface_mean(res.teacher_metrics[t.id], "ne")}
-                       for t in res.world.teachers}
-    out["windows"] = res.world.windows
-    out["examples"] = res.examples
-    out["timings_s"] = res.world.timings
-    return out
-
-
-def _surface_mean(metrics: dict, kind: str) -> float:
-    values = [v for k, v in metrics.items() if k.startswith(f"{kind}/") and k.endswith("/click") and "/all/" not in k
-              and math.isfinite(v)]
-    return float(np.mean(values)) if values else math.nan
-
-
-def _size(runs: list[ArmResult]) -> dict:
-    for r in runs:
-        for surfaces in r.runs.values():
-            for run in surfaces.values():
-                return run.size
-    return {}
-
-
-def _flops(runs: list[ArmResult]) -> float:
-    return max((run.flops for r in runs for s in r.runs.values() for run in s.values()), default=math.nan)
+    return WorldResult(world, results, evidence, prepared.teacher_metrics, examples, serving,
+                       list(prepared.surfaces), dict(prepared.teacher_only), by_surface)
 
 
 # -- everything -----------------------------------------------------------------------------
 def run_dataset(ds: DatasetConfig, cfg: ExperimentConfig, work: Path, tracking_uri: str, parent_id: str) -> dict:
+    """Every world of the dataset: the headline (every arm), its row cuts (``cut_arms``,
+    on the headline's teachers and knowledge), the staleness worlds (``staleness_arms``)."""
+    from benchmarks.transfer.figures import world_figures
+    from benchmarks.transfer.surfaces import cut_name, rule_text
     from benchmarks.transfer.tracking import log_world
 
     work.mkdir(parents=True, exist_ok=True)
     data_dir = make_dataset(ds, work / "data", shared_data())
     worlds, figures = {}, {}
+    cuts = {cut_name(f): f for f in ds.train_fractions}
+    headline_world = None
     for i, name in enumerate(world_names(ds)):
         headline = i == 0
-        arm_names = list(cfg.arms) if headline else list(cfg.staleness_arms)
+        arm_names = list(cfg.arms) if headline else list(cfg.cut_arms or cfg.staleness_arms) if name in cuts \
+            else list(cfg.staleness_arms)
         seeds = cfg.seeds if headline else cfg.staleness_seeds
-        res = run_world(ds, cfg, name, data_dir, work / name, tracking_uri, parent_id, arm_names, seeds, headline)
+        if name in cuts:
+            prepared = headline_world.cut(name, cuts[name])
+        else:
+            prepared = prepare_world(ds, cfg, name, data_dir, work / name, tracking_uri, parent_id,
+                                     [*arm_names, *(cfg.cut_arms or cfg.staleness_arms if headline and cuts else [])],
+                                     headline)
+        res = run_arms(ds, cfg, prepared, arm_names, seeds, headline)
+        if headline:
+            headline_world = prepared
+        if name == next(reversed(cuts), None):
+            headline_world = None  # the last cut is done: the headline's tables can go
         figures[name] = world_figures(res, cfg)
         log_world(ds, res, figures[name], cfg, parent_id, headline=headline)
         worlds[name] = res
-    return {"worlds": worlds, "figures": figures, "data_dir": data_dir}
-
-
-def staleness_curve(figures: dict[str, dict]) -> list[dict]:
-    """Per world (gap, then the fresh control): teacher AUC, the KD, adapter and combined
-    lifts, the adapter-minus-KD and combined-minus-KD differences, and the combined / KD
-    ratio, with intervals."""
-    rows = []
-    for name, f in figures.items():
-        arms = f["arms"]
-        row = {"world": name, "gap_periods": None if name == "fresh" else int(name.removeprefix("gap")),
-               "teacher_auc": float(np.mean([t["auc_click_surface_mean"] for t in f["teachers"].values()]))
-               if f["teachers"] else None}
-        for arm in ("kd", "adapter", "combined"):
-            if arm in arms:
-                row[f"{arm}_lift_auc"] = arms[arm]["lift_auc"]
-                row[f"{arm}_lift_ne"] = arms[arm]["lift_ne"]
-        for diff in ("adapter_vs_kd", "combined_vs_kd"):
-            if diff in f["differences"]:
-                row[f"{diff}_auc"] = f["differences"][diff]["auc"]
-                row[f"{diff}_ne"] = f["differences"][diff]["ne"]
-        if "transfer_ratio_combined" in f["ratios"]:
-            row["transfer_ratio_combined_auc"] = f["ratios"]["transfer_ratio_combined"]["auc"]
-        rows.append(row)
-    return rows
+    return {"worlds": worlds, "figures": figures, "data_dir": data_dir, "cuts": cuts,
+            "student_rule": rule_text(ds.student_evidence)}
 
 
 def open_experiment(cfg: ExperimentConfig, work: Path) -> str:

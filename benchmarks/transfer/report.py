@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from benchmarks.transfer.experiment import BASELINE, ExperimentConfig, staleness_curve
+from benchmarks.transfer.experiment import BASELINE, ExperimentConfig
+from benchmarks.transfer.figures import cut_curve, staleness_curve
+from benchmarks.transfer.surfaces import is_cut
 
 PROTOCOL = (
     "Per dataset: teacher window, knowledge lead, student train window, validation slice (the end of the "
@@ -67,6 +69,7 @@ def comparison_markdown(payload: dict) -> str:
                              f"{_fmt(row.get('adapter_vs_kd_auc'))} | {_fmt(row.get('adapter_vs_kd_ne'))} | "
                              f"{_fmt(row.get('combined_vs_kd_auc'))} | "
                              f"{_ratio(row.get('transfer_ratio_combined_auc'))} |")
+        lines += _cuts_markdown(entry) + _surfaces_markdown(entry)
         lines.append("")
     serving = payload.get("serving") or {}
     if serving:
@@ -75,6 +78,46 @@ def comparison_markdown(payload: dict) -> str:
             lines.append(f"| {name} | {s['p50_ms']:.2f} ± {s['p50_ms_std']:.2f} | {s['p99_ms']:.2f} ± "
                          f"{s['p99_ms_std']:.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def _cuts_markdown(entry: dict) -> list[str]:
+    if not entry.get("row_cuts"):
+        return []
+    lines = ["", "| world | train rows | no_teacher AUC | KD lift AUC | adapter lift AUC | combined lift AUC | "
+                 "combined - KD (AUC) | combined - nt_combined (AUC) | surfaces with combined > nt_combined |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in entry["row_cuts"]:
+        above = row.get("combined_vs_capacity_surfaces_above_0") or {}
+        lines.append(f"| {row['world']} ({row['train_fraction']:.0%}) | {row['train_rows']:,} | "
+                     f"{row['no_teacher_auc']:.4f} | {_fmt(row.get('kd_lift_auc'))} | "
+                     f"{_fmt(row.get('adapter_lift_auc'))} | {_fmt(row.get('combined_lift_auc'))} | "
+                     f"{_fmt(row.get('combined_vs_kd_auc'))} | {_fmt(row.get('combined_vs_capacity_auc'))} | "
+                     f"{above.get('count', 'n/a')} of {above.get('of', 'n/a')} |")
+    return lines
+
+
+def _surfaces_markdown(entry: dict) -> list[str]:
+    """The headline world per student surface (a dataset with teacher-only surfaces)."""
+    if not entry.get("teacher_only_surfaces"):
+        return []
+    lines = ["", f"Students: {len(entry['student_surfaces'])} surfaces ({entry.get('student_rule', '')}); "
+                 f"teacher-only: {', '.join(entry['teacher_only_surfaces'])}", "",
+             "| surface | rows train / validation / evaluation (unclicked) | teacher AUC | no_teacher AUC | "
+             "KD lift | adapter lift | combined lift | combined - nt_combined | combined - KD |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for surface in entry["student_surfaces"]:
+        e = entry["per_surface"][surface]
+        rows, arms = e["rows"], e.get("arms", {})
+        teacher = f"{e['teacher_auc_mean']:.4f}" if e.get("teacher_auc_mean") is not None else "n/a"
+        lines.append(f"| {surface} | {rows.get('train', 0):,} / {rows.get('validation', 0):,} / "
+                     f"{rows.get('evaluation', 0):,} ({rows.get('evaluation_unclicked', 'n/a')}) | {teacher} | "
+                     f"{(arms.get(BASELINE) or {}).get('auc') or float('nan'):.4f} | "
+                     f"{_fmt((arms.get('kd') or {}).get('lift_auc'))} | "
+                     f"{_fmt((arms.get('adapter') or {}).get('lift_auc'))} | "
+                     f"{_fmt((arms.get('combined') or {}).get('lift_auc'))} | "
+                     f"{_fmt((arms.get('combined') or {}).get('lift_auc_vs_capacity'))} | "
+                     f"{_fmt((e.get('differences', {}).get('combined_vs_kd') or {}).get('auc'))} |")
+    return lines
 
 
 def lift_figure(payload: dict):
@@ -121,12 +164,20 @@ def dataset_entry(res: dict) -> dict:
     figures = res["figures"]
     headline = next(iter(figures))
     head = figures[headline]
+    cuts = res.get("cuts") or {}
     return _finite({
         "headline_world": headline, "sizes": head["examples"], "windows": head["windows"],
+        "student_rule": res.get("student_rule", ""), "student_surfaces": head["student_surfaces"],
+        "teacher_only_surfaces": head["teacher_only_surfaces"],
         "teachers": head["teachers"], "arms": head["arms"], "differences": head["differences"],
-        "ratios": head["ratios"], "staleness": staleness_curve(figures),
-        "staleness_worlds": {name: {"windows": f["windows"], "teachers": f["teachers"], "examples": f["examples"]}
-                             for name, f in figures.items() if name != headline},
+        "ratios": head["ratios"], "per_surface": head["per_surface"], "staleness": staleness_curve(figures),
+        "row_cuts": cut_curve(figures, cuts) if cuts else [],
+        "staleness_worlds": {name: {"windows": f["windows"], "teachers": f["teachers"], "examples": f["examples"],
+                                    "per_surface": f["per_surface"]}
+                             for name, f in figures.items() if name != headline and not is_cut(name)},
+        "cut_worlds": {name: {"train_fraction": cuts[name], "examples": f["examples"], "arms": f["arms"],
+                              "differences": f["differences"], "per_surface": f["per_surface"]}
+                       for name, f in figures.items() if is_cut(name)},
         "timings_s": {name: f["timings_s"] for name, f in figures.items()}, "wall_s": res.get("wall_s"),
     })
 

@@ -8,12 +8,14 @@ shares the same student and evaluation windows:
     knowledge lead   [S - L p, S)                     the knowledge job's days before S
     train            [S, S + k p)                     the students' labels (the adapter: its newest periods)
     validation       [S + k p, S + (k + v) p)         early stopping and the grid, never trained on
-    evaluation       [S + (k + v) p, ... + p)         only scored
+    evaluation       [S + (k + v) p, ... + e p)       only scored (e = evaluation_periods)
 
 The fresh-teacher control trains GEM on [S + (k - T) p, S + k p): it has seen the
 students' training window (not validation, not evaluation). A world is one teacher
 window with its teachers, their knowledge (one private Feast repo each) and the student
 tables built with that teacher window's vocabularies (the students share GEM's ids).
+A row-cut world (``train_fractions``, benchmarks/transfer/surfaces.py) is the headline
+world with the students' training rows cut: same windows, teachers and knowledge.
 """
 
 from __future__ import annotations
@@ -36,14 +38,15 @@ FRESH = "fresh"
 @dataclass(kw_only=True)
 class DatasetConfig:
     name: str
-    source: str  # simulator | movielens | taobao
+    source: str  # simulator | movielens | taobao | ciao
     simulator: dict[str, Any] = field(default_factory=dict)  # SimulatorConfig overrides
-    raw: str = ""  # movielens dir / taobao csv ("" = ../shared/data)
+    raw: str = ""  # movielens dir / taobao csv / ciao dir ("" = ../shared/data)
     start: str = ""  # first period ("" = the dataset's window start)
     period_days: float = 1.0
     teacher_periods: int = 3
     train_periods: int = 2
     validation_periods: int = 1
+    evaluation_periods: int = 1
     knowledge_lead_periods: int = 2
     gap: int = 0  # the headline world's gap (periods between the teacher's last day and S)
     staleness_gaps: list[int] = field(default_factory=list)  # more worlds for the staleness sweep
@@ -51,6 +54,11 @@ class DatasetConfig:
     num_buckets: int = 2  # user buckets of the features build
     buckets: list[int] = field(default_factory=list)  # buckets the students use ([] = all): user subsampling
     teacher_max_steps: int = 0  # 0 = one full epoch
+    # gem.protocol.Evidence settings a surface's train, validation and evaluation windows must
+    # each meet for it to get a student ({} = every surface; benchmarks/transfer/surfaces.py)
+    student_evidence: dict[str, int] = field(default_factory=dict)
+    # row-cut worlds: the headline world with each surface's training rows cut to its newest fraction
+    train_fractions: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -93,15 +101,23 @@ def make_dataset(ds: DatasetConfig, out: Path, shared: Path) -> Path:
         from gem.data.adapters.taobao import convert_taobao as convert
 
         raw = Path(ds.raw or shared / "taobao-userbehavior")
+    elif ds.source == "ciao":
+        from gem.data.adapters.ciao import convert_ciao as convert
+
+        raw = Path(ds.raw or shared / "ciao")
     else:
-        raise ValueError(f"dataset {ds.name}: source={ds.source!r} must be simulator, movielens or taobao")
+        raise ValueError(f"dataset {ds.name}: source={ds.source!r} must be simulator, movielens, taobao or ciao")
     built(out, {"source": ds.source, "raw": path_digest(raw)}, lambda o: convert(raw, o))
     return out
 
 
 def world_names(ds: DatasetConfig) -> list[str]:
+    """The headline world, its row cuts, then the staleness worlds and the fresh control."""
+    from benchmarks.transfer.surfaces import cut_name
+
     gaps = [ds.gap, *[g for g in ds.staleness_gaps if g != ds.gap]]
-    return [f"gap{g}" for g in gaps] + ([FRESH] if ds.fresh_control else [])
+    cuts = [cut_name(f) for f in ds.train_fractions]
+    return [f"gap{gaps[0]}", *cuts, *[f"gap{g}" for g in gaps[1:]]] + ([FRESH] if ds.fresh_control else [])
 
 
 def windows(ds: DatasetConfig, data_start: dt.datetime, world: str) -> dict[str, tuple[str, str]]:
@@ -109,7 +125,7 @@ def windows(ds: DatasetConfig, data_start: dt.datetime, world: str) -> dict[str,
     start = parse_utc(ds.start) if ds.start else data_start
     start = start.replace(hour=0, minute=0, second=0, microsecond=0)
     p = dt.timedelta(days=ds.period_days)
-    t, k, v = ds.teacher_periods, ds.train_periods, ds.validation_periods
+    t, k, v, e = ds.teacher_periods, ds.train_periods, ds.validation_periods, ds.evaluation_periods
     s = start + (t + max([ds.gap, *ds.staleness_gaps])) * p
     if world == FRESH:
         teacher = (s + (k - t) * p, s + k * p)
@@ -117,7 +133,7 @@ def windows(ds: DatasetConfig, data_start: dt.datetime, world: str) -> dict[str,
         g = int(world.removeprefix("gap"))
         teacher = (s - (g + t) * p, s - g * p)
     out = {"teacher": teacher, "knowledge_lead": (s - ds.knowledge_lead_periods * p, s), "train": (s, s + k * p),
-           "validation": (s + k * p, s + (k + v) * p), "evaluation": (s + (k + v) * p, s + (k + v + 1) * p)}
+           "validation": (s + k * p, s + (k + v) * p), "evaluation": (s + (k + v) * p, s + (k + v + e) * p)}
     return {name: (lo.isoformat(), hi.isoformat()) for name, (lo, hi) in out.items()}
 
 

@@ -95,7 +95,7 @@ def test_run_to_run_spread_widens_the_interval():
 
 
 def test_the_goal_is_judged_in_every_world_of_the_staleness_sweep():
-    from benchmarks.transfer.experiment import staleness_curve
+    from benchmarks.transfer.figures import staleness_curve
     from benchmarks.transfer.report import _goal
 
     lift = {"mean": 0.02, "lo": 0.01, "hi": 0.03, "excludes_zero": True}
@@ -106,6 +106,7 @@ def test_the_goal_is_judged_in_every_world_of_the_staleness_sweep():
                       "arms": {a: {"lift_auc": lift, "lift_ne": lift} for a in ("kd", "adapter", "combined")},
                       "differences": {"combined_vs_kd": {"auc": lift, "ne": lift}},
                       "ratios": {"transfer_ratio_combined": {"auc": r}}} for name, r in ratios.items()}
+    figures = {"gap0": figures["gap0"], "rows10": figures["gap0"], **figures}  # a row cut is no staleness world
     rows = {r["world"]: r for r in staleness_curve(figures)}
     assert rows["gap3"]["combined_lift_auc"] == lift and rows["gap3"]["combined_vs_kd_auc"] == lift
     assert {w: _goal(r["transfer_ratio_combined_auc"]) for w, r in rows.items()} == {

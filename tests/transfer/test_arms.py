@@ -60,3 +60,30 @@ def test_capacity_matched_baseline_is_as_wide_as_the_arm(tables):
     r, m, p = (x.runs[0]["feed"].size for x in (rep, matched, plain))
     assert r["teacher_emb_dim"] == width and m["extra_id_dim"] * 2 == width and m["teacher_emb_dim"] == 0
     assert p["extra_id_dim"] == 0 and m["parameters"] > p["parameters"]
+
+
+def test_a_world_trains_students_only_on_its_student_surfaces_and_a_cut_world_on_the_newest_rows(tables):
+    """benchmarks/transfer/experiment.run_arms: the teacher-only surfaces get no student and
+    no figure; a row-cut world trains on each surface's newest rows with the same teacher."""
+    import math
+
+    from benchmarks.transfer.experiment import ExperimentConfig, PreparedWorld, run_arms
+    from benchmarks.transfer.worlds import DatasetConfig, TeacherRun, World
+    from students.config import OptimConfig
+
+    parts, spec = tables
+    arms = {"no_teacher": ArmConfig(), "kd": ArmConfig(transfer={"kd": {"weight": 0.5}})}
+    cfg = ExperimentConfig(arms=arms, student=from_dict(StudentModelConfig, STUDENT), bootstrap=50,
+                           optim=from_dict(OptimConfig, BASE["optim"]))
+    world = World("gap0", 0, {}, {}, teachers=[TeacherRun("t0", 0, "uri", "1", None)])
+    prepared = PreparedWorld(world, spec, parts, {"t0": {"1d": parts}}, {"t0": {}}, (0, 0), ["video"],
+                             {"feed": "too few"})
+    ds = DatasetConfig(name="tiny", source="simulator")
+    full = run_arms(ds, cfg, prepared, ["no_teacher", "kd"], [0], headline=False)
+    assert {s for runs in full.evidence.runs.values() for ran in runs.values() for s in ran} == {"video"}
+    assert set(full.evidence.runs["kd"]) == {("t0", 0)} and full.surfaces == ["video"]
+    cut = run_arms(ds, cfg, prepared.cut("rows30", 0.3), ["no_teacher", "kd"], [0], headline=False)
+    rows = full.examples_by_surface["train"]
+    assert cut.examples_by_surface["train"] == {s: math.ceil(0.3 * n) if n else 0 for s, n in rows.items()}
+    assert cut.examples["evaluation"] == full.examples["evaluation"] and cut.world.name == "rows30"
+    assert set(cut.evidence.runs["kd"]) == {("t0", 0)} and full.world.name == "gap0"
