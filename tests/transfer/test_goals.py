@@ -144,3 +144,25 @@ def test_the_ciao_preset_runs_the_simulator_protocol_and_arms():
     for key in ("teacher_preset", "teacher_overrides", "max_seq_len", "threads", "student", "optim", "knowledge",
                 "bootstrap", "differences", "staleness_arms"):
         assert getattr(ciao, key) == getattr(bench, key), key
+
+
+def test_the_serving_preset_measures_the_bench_runs_student():
+    """gem/configs/students/serving.yaml claims the bench's headline world, its first
+    teacher and the representation student at the point the bench run selected."""
+    from benchmarks.transfer.experiment import load_experiment_config
+    from benchmarks.transfer.worlds import windows
+    from gem.config import from_dict
+    from gem.data.contract import parse_utc
+    from gem.data.simulate import SimulatorConfig
+
+    bench, serving = load_experiment_config("bench"), load_experiment_config("serving")
+    sim = next(d for d in bench.datasets if d.name == "simulator")
+    (ds,) = serving.datasets
+    start = parse_utc(from_dict(SimulatorConfig, sim.simulator).start_date)
+    assert windows(ds, start, "gap0") == windows(sim, start, "gap0") and ds.simulator == sim.simulator
+    assert serving.teacher_seeds == bench.teacher_seeds[:1] and serving.seeds == bench.seeds[:1]
+    assert asdict(serving.serving) == asdict(bench.serving)
+    for key in ("teacher_preset", "teacher_overrides", "max_seq_len", "threads", "student", "optim", "knowledge"):
+        assert getattr(serving, key) == getattr(bench, key), key
+    arm = serving.arms["representation"]
+    assert arm.transfer == bench.arms["representation"].transfer and arm.grid[0] in bench.arms["representation"].grid
