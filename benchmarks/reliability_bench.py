@@ -17,6 +17,11 @@ an error) or is killed from outside mid-training, and is rerun without the fault
   must equal the reference's. A rerun that succeeds with a different result is a
   silent loss (goal: 0).
 
+A kill inside the commit itself (``promote:mid``, between two alias moves; MLflow
+moves one alias at a time) leaves the commit's journal: the case checks the aliases
+after the recovery the next start does (gem_app.promotion.recover), and records what
+they were before it.
+
 The failure cases of issue 28: ``fail@distill-video:mid`` (a surface's distill fails
 after the teacher's gate decided to promote it) and ``fail@gate-student_video:decided``
 (one surface's gate fails; the case records whether the other surface's gate had
@@ -106,6 +111,17 @@ def snapshot(workspace: Path) -> dict:
     return {"rows": rows, "registry": models}
 
 
+def _recover(workspace: Path) -> None:
+    import mlflow
+
+    from gem import registry, tracking
+    from gem_app.promotion import recover
+
+    tracking.configure(workspace, experiment=registry.EXPERIMENT)
+    recover(workspace / ".runs")
+    mlflow.set_tracking_uri("")
+
+
 def other_gate_passed(workspace: Path, failed: str = "student_video") -> bool:
     """Whether a surface's gate other than ``failed``'s finished with decision promote
     before the failing gate's run ended (the case "one surface's gate fails after another
@@ -128,8 +144,15 @@ def other_gate_passed(workspace: Path, failed: str = "student_video") -> bool:
 def fault_case(ws: Path, data: Path, point: str, reference: dict) -> dict:
     """One fault point: the faulted run (killed or failing there), then the rerun."""
     killed = _pipeline(ws, data, point)
+    case = {"case": f"fault:{point}", "killed_rc": killed.returncode}
+    if point.startswith("promote:"):
+        # killed between two alias moves of the commit: what the next start (any run, a
+        # refresh cycle) does first is to undo it from the commit's journal
+        case["journal_left"] = (ws / ".runs" / "promotion-journal.json").is_file()
+        case["aliases_before_recovery"] = aliases(ws)
+        _recover(ws)
     after_fault = aliases(ws)  # a fresh workspace: no alias may exist
-    case = {"case": f"fault:{point}", "killed_rc": killed.returncode, "aliases_after_fault": after_fault}
+    case["aliases_after_fault"] = after_fault
     if point.startswith("fail@gate-"):
         case["other_surface_passed"] = other_gate_passed(ws)
     rerun = _pipeline(ws, data)

@@ -513,11 +513,6 @@ def apply_decision(decision: GateDecision, journal_dir: Path | None = None) -> G
     return commit([decision], journal_dir)[0]
 
 
-def gate_and_promote(model_name: str, challenger_version: str, challenger_metrics: dict[str, dict[str, float]],
-                     champion_metrics: dict[str, dict[str, float]] | None, cfg: GateConfig) -> GateDecision:
-    return apply_decision(decide(model_name, challenger_version, challenger_metrics, champion_metrics, cfg))
-
-
 def decision_from_dict(raw: dict) -> GateDecision:
     """Inverse of ``to_dict`` (also after kfp turned None into "")."""
     surfaces = [SurfaceVerdict(v["surface"], v["challenger"], v.get("champion") or None, bool(v["wins"]),

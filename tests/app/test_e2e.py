@@ -172,6 +172,12 @@ def what_the_ui_shows(workspace: Path, tmp_path: Path, row: dict, teacher_gate: 
         gate_metrics = mlflow_ui.metrics(gate)
         assert {"challenger/auc", "challenger/ne", "holdout/positives"} <= set(gate_metrics)
         assert not [k for k in gate_metrics if "search" in k]  # the surface is a tag, not in the names
+        # student runs with their intervals and a ROC / calibration plot
+        distill = by_name["distill-search"]
+        assert {"eval/student/auc_lo", "eval/student/auc_hi", "eval/lift/auc_lo", "eval/lift/ne_hi"} <= set(
+            mlflow_ui.metrics(distill))
+        plots = rest.get("/api/2.0/mlflow/artifacts/list", run_id=distill["info"]["run_id"], path="plots")
+        assert [f["path"] for f in plots["files"]] == ["plots/holdout_roc_calibration.png"]
         teacher_gate_run = by_name[f"gate-{TEACHER_MODEL}"]
         assert mlflow_ui.tags(teacher_gate_run)["mlflow.note.content"].startswith(teacher_gate["outcome"])
         # the gate run links the version it judged
