@@ -16,7 +16,6 @@ apart (see ``invalid_utf8``).
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
@@ -105,6 +104,8 @@ def _to_timestamp(array: pa.Array, source: pa.DataType, target: pa.DataType, fil
             array = array.cast(pa.int64()).cast(source)
         return cast_or_null(array, target)  # e.g. seconds beyond year 294247 in microseconds
     if pat.is_string(source) or pat.is_large_string(source):
+        import pandas as pd  # here: only ISO text times need it (pipeline tasks import this module)
+
         array, bad_bytes = drop_invalid_utf8(array)
         raw = pd.Series(array.to_pandas(), dtype=object)
         parsed = pd.to_datetime(raw, errors="coerce", utc=True, format="ISO8601")

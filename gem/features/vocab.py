@@ -22,7 +22,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -87,6 +86,8 @@ class Vocabularies:
 
 def build_vocabularies(data_dir: Path, window_end_us: int, min_count: int) -> Vocabularies:
     """Vocabularies from the events before ``window_end_us`` (microseconds since epoch)."""
+    import duckdb  # here: shard builds read vocabularies and need no SQL engine
+
     data_dir = Path(data_dir)
     events = str(data_dir / EVENTS_DIR / "day=*" / "*.parquet")
     con = duckdb.connect()
