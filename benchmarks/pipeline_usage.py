@@ -4,8 +4,10 @@
 kfp.local task is a process whose command line names ``--function_to_execute <name>``;
 a task's usage covers it and everything it starts (torchrun workers, the MLflow worker).
 Per task: wall seconds, CPU seconds, average cores (CPU / wall), the peak cores over
-any one second, and the peak resident memory (the tree's RSS summed: shared pages are
-counted in every process, so an upper bound).
+any one second, the peak resident memory (the tree's RSS summed: shared pages are
+counted in every process, so an upper bound) and the bytes its processes wrote to
+storage (``write_bytes``; a process is seen every 0.2 s, so what one writes in its last
+0.2 s is missed).
 
 ``requested(settings)`` compiles both pipelines with those cluster settings and reads
 every executor's CPU / memory request; ``compare`` weighs them by how many tasks of each
@@ -39,7 +41,9 @@ class TaskUsage:
     cpu_s: float = 0.0
     peak_rss_mb: float = 0.0
     peak_cores: float = 0.0
+    write_bytes: int = 0  # bytes the task's processes caused to be written to storage (Linux /proc/PID/io)
     _cpu: dict = field(default_factory=dict, repr=False)  # pid -> last seen user+system
+    _written: dict = field(default_factory=dict, repr=False)  # pid -> last seen write_bytes
     _window: list = field(default_factory=list, repr=False)  # (time, cpu) of the last second
 
     @property
@@ -88,10 +92,15 @@ def _sample(root: psutil.Process, tasks: dict[int, TaskUsage], now: float) -> No
             continue
         task._cpu[proc.pid] = times.user + times.system
         rss[task.pid] += mem.rss / 2**20
+        try:
+            task._written[proc.pid] = proc.io_counters().write_bytes
+        except (psutil.Error, AttributeError):  # no /proc/PID/io here
+            pass
     for pid, task in tasks.items():
         if pid in rss:
             task.ended = now
             task.cpu_s = sum(task._cpu.values())
+            task.write_bytes = sum(task._written.values())
             task.peak_rss_mb = max(task.peak_rss_mb, rss[pid])
             task._window = [(t, c) for t, c in task._window if now - t <= 1.0] + [(now, task.cpu_s)]
             (t0, c0) = task._window[0]
