@@ -11,13 +11,16 @@ import time
 BENCHMARKS = (
     "benchmarks.simulator_bench",
     "benchmarks.features_bench",
+    "benchmarks.features_duckdb",
     "benchmarks.training_bench",
+    "benchmarks.training_bench --preset long --name training_long",
     "benchmarks.knowledge_bench",
     "benchmarks.quality.bench",
     "benchmarks.transfer.bench",
     "benchmarks.pipeline_bench",
     "benchmarks.reliability_bench",
     "kernels.benchmarks.jagged_attention_bench",
+    "benchmarks.scale_bench",  # hours on 2 cores: the whole pipeline at 16x and the features build at 100M events
 )
 
 
@@ -27,7 +30,7 @@ def main(argv: list[str]) -> int:
     for module in modules:
         print(f"\n>>> {module}", flush=True)
         start = time.perf_counter()
-        rc = subprocess.call([sys.executable, "-m", module])
+        rc = subprocess.call([sys.executable, "-m", *module.split()])  # a module and its arguments
         print(f"<<< {module}: rc={rc} in {time.perf_counter() - start:.1f}s", flush=True)
         if rc != 0:
             failed.append(module)
