@@ -20,15 +20,14 @@ Defects, each quarantined with its reason (input lines = converted + quarantined
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from gem.data.adapters.common import AdapterReport, finish_dataset, read_delimited
-from gem.data.contract import EVENTS_SCHEMA, ITEMS_SCHEMA, USERS_SCHEMA, Manifest
+from gem.data.adapters.common import AdapterReport, day_window, finish_dataset, rating_events, read_delimited
+from gem.data.contract import ITEMS_SCHEMA, USERS_SCHEMA, Manifest
 
 COLUMNS = ["user_id", "item_id", "category_id", "rating", "helpfulness", "timestamp"]
 CATEGORIES = 28
@@ -51,26 +50,7 @@ def convert_ciao(raw: str | Path, out_dir: str | Path) -> Manifest:
     rows = _drop_repeats(rows, path.name, report)
     if rows.empty:
         raise ValueError(f"{path}: no valid rating line (see the conversion quarantine)")
-    event_time = pd.to_datetime(rows["timestamp"].to_numpy(), unit="s", utc=True)
-    conversion = (rows["rating"] == 5).to_numpy()
-    n = len(rows)
-    events = pa.table(
-        {
-            "event_id": pa.array(rows["line"].to_numpy(np.int64)),
-            "user_id": pa.array(rows["user_id"].to_numpy(np.int64)),
-            "item_id": pa.array(rows["item_id"].to_numpy(np.int64)),
-            "is_ad": pa.array(np.ones(n, bool)),
-            "surface": pa.array([surface_name(c) for c in rows["category_id"].to_numpy()]),
-            "event_time": pa.array(event_time, type=EVENTS_SCHEMA.field("event_time").type),
-            "event_type": pa.array(["impression"] * n),
-            "click": pa.array((rows["rating"] >= 4).to_numpy().astype(np.int8)),
-            "conversion": pa.array(conversion.astype(np.int8)),
-            "conversion_time": pa.array(event_time.where(conversion), type=EVENTS_SCHEMA.field("conversion_time").type),
-            "click_time": pa.nulls(n, EVENTS_SCHEMA.field("click_time").type),
-            "role": pa.nulls(n, pa.string()),
-        },
-        schema=EVENTS_SCHEMA,
-    )
+    events = rating_events(rows, np.array([surface_name(c) for c in rows["category_id"].to_numpy()], dtype=object))
     first_rating = rows.sort_values(["timestamp", "line"]).drop_duplicates("item_id")
     items = pa.table(
         {
@@ -87,13 +67,12 @@ def convert_ciao(raw: str | Path, out_dir: str | Path) -> Manifest:
     users = pa.table({"user_id": pa.array(user_ids), **{c: pa.nulls(len(user_ids), pa.string())
                                                          for c in ("age_bucket", "gender", "country", "device")}},
                      schema=USERS_SCHEMA)
-    first = event_time.min().floor("D").to_pydatetime()
-    last = event_time.max().floor("D").to_pydatetime() + dt.timedelta(days=1)
+    first, last = day_window(events)
     manifest = Manifest(
         name="ciao",
         source="Ciao product ratings (Tang, Gao, Liu)",
-        window_start=first.isoformat(),
-        window_end=last.isoformat(),
+        window_start=first,
+        window_end=last,
         surfaces=[surface_name(c) for c in range(1, CATEGORIES + 1)],
         description="ratings as ad impressions; rating>=4 click, rating==5 conversion; product categories as "
                     "surfaces; repeated (user, product) pairs: the earliest kept",

@@ -90,6 +90,43 @@ def read_delimited(path: Path, sep: str, columns: list[str], *, ints: list[str],
     return frame
 
 
+def rating_events(ratings: pd.DataFrame, surface: np.ndarray) -> pa.Table:
+    """Ratings (columns line, user_id, item_id, rating, timestamp in unix seconds) as ad
+    impressions at their time: event_id = the line, click = rating >= 4, conversion =
+    rating == 5 with conversion_time = event_time (the rating reveals both at once)."""
+    from gem.data.contract import EVENTS_SCHEMA
+
+    n = len(ratings)
+    event_time = pd.to_datetime(ratings["timestamp"].to_numpy(), unit="s", utc=True)
+    conversion = (ratings["rating"] == 5).to_numpy()
+    return pa.table(
+        {
+            "event_id": pa.array(ratings["line"].to_numpy(np.int64)),
+            "user_id": pa.array(ratings["user_id"].to_numpy(np.int64)),
+            "item_id": pa.array(ratings["item_id"].to_numpy(np.int64)),
+            "is_ad": pa.array(np.ones(n, bool)),
+            "surface": pa.array(np.asarray(surface, dtype=object)),
+            "event_time": pa.array(event_time, type=EVENTS_SCHEMA.field("event_time").type),
+            "event_type": pa.array(["impression"] * n),
+            "click": pa.array((ratings["rating"] >= 4).to_numpy().astype(np.int8)),
+            "conversion": pa.array(conversion.astype(np.int8)),
+            "conversion_time": pa.array(event_time.where(conversion), type=EVENTS_SCHEMA.field("conversion_time").type),
+            "click_time": pa.nulls(n, EVENTS_SCHEMA.field("click_time").type),  # known at the rating
+            "role": pa.nulls(n, pa.string()),
+        },
+        schema=EVENTS_SCHEMA,
+    )
+
+
+def day_window(events: pa.Table) -> tuple[str, str]:
+    """[first UTC midnight, the midnight after the last day) of the events' times, ISO."""
+    import datetime as dt
+
+    times = pd.to_datetime(events.column("event_time").to_numpy(), utc=True)
+    first = times.min().floor("D").to_pydatetime()
+    return first.isoformat(), (times.max().floor("D").to_pydatetime() + dt.timedelta(days=1)).isoformat()
+
+
 def read_text(path: Path, encoding: str = "utf-8") -> str:
     """A raw file's text, gunzipped when its name ends in .gz."""
     if path.suffix == ".gz":

@@ -19,15 +19,14 @@ Malformed lines are quarantined with their reason; input = converted + quarantin
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from gem.data.adapters.common import AdapterReport, finish_dataset, read_delimited
-from gem.data.contract import EVENTS_SCHEMA, ITEMS_SCHEMA, USERS_SCHEMA, Manifest
+from gem.data.adapters.common import AdapterReport, day_window, finish_dataset, rating_events, read_delimited
+from gem.data.contract import ITEMS_SCHEMA, USERS_SCHEMA, Manifest
 
 GENRES = (
     "unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",
@@ -91,34 +90,14 @@ def convert_movielens(raw_dir: str | Path, out_dir: str | Path) -> Manifest:
     ).append_column("occupation", pa.array(users_raw["occupation"]))
 
     surface_of_item = pd.Series(surface, index=items_raw["item_id"].to_numpy())
-    event_time = pd.to_datetime(ratings["timestamp"].to_numpy(), unit="s", utc=True)
-    click = (ratings["rating"] >= 4).to_numpy()
-    conversion = (ratings["rating"] == 5).to_numpy()
-    events = pa.table(
-        {
-            "event_id": pa.array(ratings["line"].to_numpy(np.int64)),
-            "user_id": pa.array(ratings["user_id"].to_numpy(np.int64)),
-            "item_id": pa.array(ratings["item_id"].to_numpy(np.int64)),
-            "is_ad": pa.array(np.ones(len(ratings), bool)),
-            "surface": pa.array(
-                surface_of_item.reindex(ratings["item_id"].to_numpy()).fillna(DEFAULT_SURFACE).to_numpy()),
-            "event_time": pa.array(event_time, type=EVENTS_SCHEMA.field("event_time").type),
-            "event_type": pa.array(["impression"] * len(ratings)),
-            "click": pa.array(click.astype(np.int8)),
-            "conversion": pa.array(conversion.astype(np.int8)),
-            "conversion_time": pa.array(event_time.where(conversion), type=EVENTS_SCHEMA.field("conversion_time").type),
-            "click_time": pa.nulls(len(ratings), EVENTS_SCHEMA.field("click_time").type),  # known at the rating
-            "role": pa.nulls(len(ratings), pa.string()),
-        },
-        schema=EVENTS_SCHEMA,
-    )
-    first = event_time.min().floor("D").to_pydatetime()
-    last = event_time.max().floor("D").to_pydatetime() + dt.timedelta(days=1)
+    events = rating_events(ratings, surface_of_item.reindex(ratings["item_id"].to_numpy()).fillna(DEFAULT_SURFACE)
+                           .to_numpy())
+    first, last = day_window(events)
     manifest = Manifest(
         name="movielens100k",
         source="GroupLens MovieLens-100K",
-        window_start=first.isoformat(),
-        window_end=last.isoformat(),
+        window_start=first,
+        window_end=last,
         description="ratings as ad impressions; rating>=4 click, rating==5 conversion; genre groups as surfaces",
     )
     return finish_dataset(out_dir, manifest, events, users, items, report)

@@ -20,7 +20,6 @@ Mapping (docs/data-contract.md has the rationale), as for MovieLens-100K where t
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from pathlib import Path
 
@@ -28,9 +27,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from gem.data.adapters.common import AdapterReport, finish_dataset, read_delimited
+from gem.data.adapters.common import AdapterReport, day_window, finish_dataset, rating_events, read_delimited
 from gem.data.adapters.movielens import DEFAULT_SURFACE, SURFACE_BY_GENRE_GROUP
-from gem.data.contract import EVENTS_SCHEMA, ITEMS_SCHEMA, USERS_SCHEMA, Manifest
+from gem.data.contract import ITEMS_SCHEMA, USERS_SCHEMA, Manifest
 
 GENRES = (
     "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama", "Fantasy",
@@ -72,37 +71,17 @@ def convert_movielens1m(raw_dir: str | Path, out_dir: str | Path) -> Manifest:
                             report=report, encoding="latin-1")
     items = _items(movies)
     users = _users(users_raw)
-    surface_of_item = pd.Series(_surfaces(movies["genres"]), index=movies["item_id"].to_numpy())
-    event_time = pd.to_datetime(ratings["timestamp"].to_numpy(), unit="s", utc=True)
-    conversion = (ratings["rating"] == 5).to_numpy()
-    n = len(ratings)
-    events = pa.table(
-        {
-            "event_id": pa.array(ratings["line"].to_numpy(np.int64)),
-            "user_id": pa.array(ratings["user_id"].to_numpy(np.int64)),
-            "item_id": pa.array(ratings["item_id"].to_numpy(np.int64)),
-            "is_ad": pa.array(np.ones(n, bool)),
-            "surface": pa.array(
-                surface_of_item.reindex(ratings["item_id"].to_numpy()).fillna(DEFAULT_SURFACE).to_numpy()),
-            "event_time": pa.array(event_time, type=EVENTS_SCHEMA.field("event_time").type),
-            "event_type": pa.array(["impression"] * n),
-            "click": pa.array((ratings["rating"] >= 4).to_numpy().astype(np.int8)),
-            "conversion": pa.array(conversion.astype(np.int8)),
-            "conversion_time": pa.array(event_time.where(conversion), type=EVENTS_SCHEMA.field("conversion_time").type),
-            "click_time": pa.nulls(n, EVENTS_SCHEMA.field("click_time").type),  # known at the rating
-            "role": pa.nulls(n, pa.string()),
-        },
-        schema=EVENTS_SCHEMA,
-    )
-    if n == 0:
+    if ratings.empty:
         raise ValueError(f"{ratings_path}: no valid rating line (see the conversion quarantine)")
-    first = event_time.min().floor("D").to_pydatetime()
-    last = event_time.max().floor("D").to_pydatetime() + dt.timedelta(days=1)
+    surface_of_item = pd.Series(_surfaces(movies["genres"]), index=movies["item_id"].to_numpy())
+    events = rating_events(ratings, surface_of_item.reindex(ratings["item_id"].to_numpy())
+                           .fillna(DEFAULT_SURFACE).to_numpy())
+    first, last = day_window(events)
     manifest = Manifest(
         name="movielens1m",
         source="GroupLens MovieLens-1M",
-        window_start=first.isoformat(),
-        window_end=last.isoformat(),
+        window_start=first,
+        window_end=last,
         description="ratings as ad impressions; rating>=4 click, rating==5 conversion; genre groups as surfaces; "
                     "device = occupation, advertiser_id = release year, format = genres, objective = decade",
     )
