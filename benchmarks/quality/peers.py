@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import tempfile
 import time
@@ -76,6 +77,16 @@ REFERENCES = ("dlrm_baseline",)  # GEM's own ablation (history mean-pooled, an M
 MODELS = ("gem", *REFERENCES, *PEERS)
 DEEP = ("gem", "dlrm_baseline", "fuxictr_dnn", "fuxictr_dcnv2", "fuxictr_wukong", "fuxictr_din", "bst", "hstu")
 DATASETS = ("movielens100k", "taobao")  # the default; movielens1m and ciao on request
+# name -> (path under the shared data, files in it of which one must exist (none: the path is the file),
+# adapter, its options)
+REAL_SOURCES = {
+    "movielens100k": ("movielens-100k", ("u.data",), "gem.data.adapters.movielens.convert_movielens", {}),
+    "taobao": ("taobao-userbehavior/UserBehavior.csv", (), "gem.data.adapters.taobao.convert_taobao",
+               {"label": "action"}),
+    "movielens1m": ("movielens-1m", ("ratings.dat.gz", "ratings.dat"),
+                    "gem.data.adapters.movielens1m.convert_movielens1m", {}),
+    "ciao": ("ciao/ratings.csv.gz", (), "gem.data.adapters.ciao.convert_ciao", {}),
+}
 HISTORIES = ("blind", "labels")  # label-blind histories, or every model the same label-aware one
 HISTORY_TEXT = {
     "blind": "label-blind: items acted on strictly before the example, no earlier labels, no prior CTR",
@@ -316,35 +327,15 @@ def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: boo
     from gem.utils.digest import path_digest
 
     data = work / "data"
-    if name == "movielens100k":
-        raw = shared / "movielens-100k"
-        if not (raw / "u.data").is_file():
-            return None, f"{raw}/u.data not found (shared data absent)"
-        from gem.data.adapters.movielens import convert_movielens
-
-        data_digest = built(data, {"raw": path_digest(raw)}, lambda o: convert_movielens(raw, o), fresh=fresh)
-    elif name == "taobao":
-        raw = shared / "taobao-userbehavior" / "UserBehavior.csv"
-        if not raw.is_file():
-            return None, f"{raw} not found (shared data absent)"
-        from gem.data.adapters.taobao import convert_taobao
-
-        data_digest = built(data, {"raw": path_digest(raw)}, lambda o: convert_taobao(raw, o, label="action"),
-                            fresh=fresh)
-    elif name == "movielens1m":
-        raw = shared / "movielens-1m"
-        if not (raw / "ratings.dat.gz").is_file() and not (raw / "ratings.dat").is_file():
-            return None, f"{raw}/ratings.dat[.gz] not found (shared data absent)"
-        from gem.data.adapters.movielens1m import convert_movielens1m
-
-        data_digest = built(data, {"raw": path_digest(raw)}, lambda o: convert_movielens1m(raw, o), fresh=fresh)
-    elif name == "ciao":
-        raw = shared / "ciao" / "ratings.csv.gz"
-        if not raw.is_file():
-            return None, f"{raw} not found (shared data absent)"
-        from gem.data.adapters.ciao import convert_ciao
-
-        data_digest = built(data, {"raw": path_digest(raw)}, lambda o: convert_ciao(raw, o), fresh=fresh)
+    if name in REAL_SOURCES:
+        folder, needed, adapter, options = REAL_SOURCES[name]
+        raw = shared / folder
+        paths = [raw / n for n in needed] or [raw]
+        if not any(path.is_file() for path in paths):
+            return None, f"{' or '.join(map(str, paths))} not found (shared data absent)"
+        module, function = adapter.rsplit(".", 1)
+        convert = getattr(importlib.import_module(module), function)
+        data_digest = built(data, {"raw": path_digest(raw)}, lambda o: convert(raw, o, **options), fresh=fresh)
     elif (Path(name) / "manifest.json").is_file():  # a contract dataset folder (tests, own data)
         data, data_digest = Path(name), path_digest(name)
     else:
