@@ -55,18 +55,18 @@ class Rest:
     def __init__(self, url: str):
         self.url = url
 
-    def get(self, path: str, **query) -> dict:
-        with urllib.request.urlopen(f"{self.url}{path}?{urllib.parse.urlencode(query)}", timeout=30) as r:
+    def get(self, endpoint: str, **query) -> dict:
+        with urllib.request.urlopen(f"{self.url}{endpoint}?{urllib.parse.urlencode(query)}", timeout=30) as r:
             return json.loads(r.read())
 
-    def post(self, path: str, body: dict) -> dict:
-        request = urllib.request.Request(f"{self.url}{path}", data=json.dumps(body).encode(),
+    def post(self, endpoint: str, body: dict) -> dict:
+        request = urllib.request.Request(f"{self.url}{endpoint}", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=30) as r:
             return json.loads(r.read())
 
-    def text(self, path: str, **query) -> str:
-        with urllib.request.urlopen(f"{self.url}{path}?{urllib.parse.urlencode(query)}", timeout=30) as r:
+    def text(self, endpoint: str, **query) -> str:
+        with urllib.request.urlopen(f"{self.url}{endpoint}?{urllib.parse.urlencode(query)}", timeout=30) as r:
             return r.read().decode()
 
     def runs(self, experiment: str) -> list[dict]:
