@@ -49,6 +49,7 @@ from typing import Iterator
 import numpy as np
 
 from gem.registry import CHALLENGER, CHAMPION, champion_version
+from gem.utils.evidence import enough_for_auc
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,8 @@ class GateDecision:
 # -- holdout figures and the floors --------------------------------------------------------
 def holdout_figures(labels: np.ndarray, probs: np.ndarray) -> dict[str, float]:
     """Click AUC, NE, calibration and the evidence (examples, positives, negatives,
-    predictions that are not finite probabilities) of one model on holdout rows."""
+    predictions that are not finite probabilities) of one model on holdout rows; the AUC
+    NaN where gem.utils.evidence finds its positives or negatives too few."""
     from students.stats import weighted_auc, weighted_ne
 
     y = np.asarray(labels, dtype=np.float64) > 0.5
@@ -174,7 +176,9 @@ def holdout_figures(labels: np.ndarray, probs: np.ndarray) -> dict[str, float]:
     if not len(y) or not valid.all():
         return {**figures, "auc": nan, "ne": nan, "calibration": nan}
     ones = np.ones(len(y))
-    return {**figures, "auc": float(weighted_auc(y, p, ones)[0]), "ne": float(weighted_ne(y, p, ones)[0]),
+    # no AUC on a handful of positives or negatives (gem.utils.evidence): it reads "n/a"
+    auc = float(weighted_auc(y, p, ones)[0]) if enough_for_auc(y.sum(), (~y).sum()) else nan
+    return {**figures, "auc": auc, "ne": float(weighted_ne(y, p, ones)[0]),
             "calibration": float(p.mean() / y.mean()) if y.any() else nan}
 
 

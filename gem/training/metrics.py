@@ -13,6 +13,8 @@ import torch
 from torchmetrics import Metric
 from torchmetrics.classification import BinaryAUROC
 
+from gem.utils.evidence import enough_for_auc
+
 EPS = 1e-7
 
 
@@ -50,7 +52,9 @@ class LogLossSums(Metric):
 
 class SurfaceTaskMetrics:
     """``update(probs (B, T), labels (B, T), surface (B,))``; ``compute()`` ->
-    ``{"auc/<surface|all>/<task>": ..., "ne/...", "calibration/...", "logloss/..."}``."""
+    ``{"auc/<surface|all>/<task>": ..., "ne/...", "calibration/...", "logloss/...", "count/...",
+    "positives/...", "negatives/..."}``; no AUC where the group has fewer than
+    gem.utils.evidence.MIN_AUC_EVIDENCE positives or negatives."""
 
     def __init__(self, surfaces: list[str], tasks: list[str], device: torch.device | str = "cpu") -> None:
         self.surfaces, self.tasks = list(surfaces), list(tasks)
@@ -82,10 +86,13 @@ class SurfaceTaskMetrics:
                 logloss = float(sums["loss"][g, t]) / count
                 out[f"logloss/{group}/{task}"] = logloss
                 out[f"count/{group}/{task}"] = count
+                out[f"positives/{group}/{task}"] = positives
+                out[f"negatives/{group}/{task}"] = count - positives
                 if 0 < rate < 1:
                     entropy = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
                     out[f"ne/{group}/{task}"] = logloss / entropy
                     out[f"calibration/{group}/{task}"] = float(sums["pred"][g, t]) / positives
+                if enough_for_auc(positives, count - positives):  # else "n/a": no AUC on a handful of rows
                     out[f"auc/{group}/{task}"] = float(self.aucs[g][t].compute())
         return out
 

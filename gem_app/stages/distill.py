@@ -15,10 +15,12 @@ evaluation windows).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gem import registry, tracking
+from gem.utils.evidence import auc_text
 from gem.utils.progress import figure
 from gem_app.stages.context import Reuse, RunContext, StageResult, fault_point, log_model_input, tracked
 from gem_app.stages.features import features_lineage, log_features_input
@@ -68,11 +70,14 @@ def student_tables(cfg, train_features: str | None, eval_features: str, feast_re
 
 
 def gate_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """Click AUC/NE/calibration of one surface; NaN where the holdout has no positives
+    """Click AUC/NE/calibration of one surface and the positives / negatives they rest on;
+    NaN where the holdout has no positives, and no AUC under gem.utils.evidence's minimum
     (a degenerate surface is reported, not crashed on)."""
     nan = float("nan")
     return {"auc": float(metrics.get(f"auc/{GATE_TASK}", nan)), "ne": float(metrics.get(f"ne/{GATE_TASK}", nan)),
-            "calibration": float(metrics.get(f"calibration/{GATE_TASK}", nan))}
+            "calibration": float(metrics.get(f"calibration/{GATE_TASK}", nan)),
+            "positives": float(metrics.get(f"positives/{GATE_TASK}", 0.0)),
+            "negatives": float(metrics.get(f"negatives/{GATE_TASK}", 0.0))}
 
 
 def resolve_teacher(teacher_uri: str, teacher_version: str = "") -> str:
@@ -176,8 +181,10 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
         figures = {"student": gate_metrics(student.metrics), "no_teacher": gate_metrics(baseline.metrics)}
         lift = {"auc": figures["student"]["auc"] - figures["no_teacher"]["auc"],
                 "ne": figures["no_teacher"]["ne"] - figures["student"]["ne"]}
-        mlflow.log_metrics({f"eval/{who}/{k}": v for who, m in figures.items() for k, v in m.items()})
-        mlflow.log_metrics({f"eval/lift/{k}": v for k, v in lift.items()})
+        # an AUC short of evidence is NaN here and stays out of MLflow (its counts go in)
+        mlflow.log_metrics({f"eval/{who}/{k}": v for who, m in figures.items() for k, v in m.items()
+                            if math.isfinite(v)})
+        mlflow.log_metrics({f"eval/lift/{k}": v for k, v in lift.items() if math.isfinite(v)})
         log_evaluation(student, baseline, holdout, surface)
         for who, res in (("student", student), ("no_teacher", baseline)):
             for epoch, loss in enumerate(res.train_loss):
@@ -195,14 +202,16 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
             input_example=input_example(eval_features, feast_repo if student.model.teacher_emb_dim else None),
             params={**{f"student.{k}": v for k, v in flatten(cfg.student).items()},
                     "methods": ",".join(student.methods), **tags},
-            metrics={f"holdout/{k}": v for k, v in figures["student"].items()},
+            metrics={f"holdout/{k}": v for k, v in figures["student"].items() if math.isfinite(v)},
             about=f"Trained on the window {window}, evaluated on {features_lineage(eval_features)[0]} "
-                  f"(holdout AUC {figures['student']['auc']:.4f}, NE {figures['student']['ne']:.4f}).")
+                  f"(holdout AUC {auc_text(*(figures['student'][k] for k in ('auc', 'positives', 'negatives')))}, "
+                  f"NE {figures['student']['ne']:.4f}).")
         fault_point("distill:registered")
     result = replace(unregistered, version=version)
     figure("surface", surface)
-    figure("student AUC", figures["student"]["auc"])
-    figure("lift AUC", lift["auc"])
+    shown = figures["student"]
+    figure("student AUC", auc_text(shown["auc"], shown["positives"], shown["negatives"]))
+    figure("lift AUC", auc_text(lift["auc"], shown["positives"], shown["negatives"], sign=True))
     reuse.put(json.loads(json.dumps(result.as_dict(), default=str)))
     return result
 

@@ -15,6 +15,7 @@ once, after every step it depends on has succeeded; the words go on each model v
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def _log_gate_run(decision: GateDecision, cfg: GateConfig, eval_features: str, m
         metrics.update({gate_metric_name(k): float(v) for k, v in verdict.challenger.items()})
         metrics.update({f"champion/{k}": float(v) for k, v in (verdict.champion or {}).items()
                         if k in ("auc", "ne", "calibration")})
-    mlflow.log_metrics(metrics)
+    mlflow.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})  # an "n/a" AUC is left out
     mlflow.log_dict(decision.to_dict(), "gate_decision.json")
     log_features_input(eval_features, "evaluation")
     for uri in (model_uri, champion_uri):

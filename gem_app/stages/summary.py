@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gem.utils.atomic import write_json, write_text
+from gem.utils.evidence import auc_text
 from gem_app.stages.context import RunContext, StageResult, finish_pipeline
 
 COLUMNS = ("surface", "teacher AUC", "teacher NE", "student AUC", "student NE", "no-teacher AUC", "lift AUC",
@@ -23,9 +24,14 @@ class SummaryResult(StageResult):
 
 def _row(teacher: dict, row: dict) -> dict:
     s, nan = row["surface"], float("nan")
+    m = teacher["metrics"]
     return {"surface": s,
-            "teacher_auc": teacher["metrics"].get(f"eval/auc/{s}/click", nan),
-            "teacher_ne": teacher["metrics"].get(f"eval/ne/{s}/click", nan),
+            "teacher_auc": m.get(f"eval/auc/{s}/click", nan), "teacher_ne": m.get(f"eval/ne/{s}/click", nan),
+            # what each AUC rests on (an AUC short of evidence is shown "n/a (k positives)")
+            "teacher_positives": m.get(f"eval/positives/{s}/click"),
+            "teacher_negatives": m.get(f"eval/negatives/{s}/click"),
+            "holdout_positives": row["metrics"]["student"].get("positives"),
+            "holdout_negatives": row["metrics"]["student"].get("negatives"),
             "student_auc": row["metrics"]["student"]["auc"], "student_ne": row["metrics"]["student"]["ne"],
             "no_teacher_auc": row["metrics"]["no_teacher"]["auc"], "no_teacher_ne": row["metrics"]["no_teacher"]["ne"],
             "lift_auc": row["lift"]["auc"], "lift_ne": row["lift"]["ne"],
@@ -50,9 +56,12 @@ def markdown_table(run_id: str, teacher_uri: str, rows: list[dict], teacher_gate
     lines = [f"# GEM pipeline run {run_id}", "", f"Teacher: {teacher_uri} (holdout, click task){verdict}", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
-        figures = [f"{_float(r[k]):.4f}" for k in ("teacher_auc", "teacher_ne", "student_auc", "student_ne",
-                                                   "no_teacher_auc")]
-        lifts = [f"{_float(r[k]):+.4f}" for k in ("lift_auc", "lift_ne")]
+        seen = (r.get("teacher_positives"), r.get("teacher_negatives"))
+        held = (r.get("holdout_positives"), r.get("holdout_negatives"))
+        figures = [auc_text(r["teacher_auc"], *seen), f"{_float(r['teacher_ne']):.4f}",
+                   auc_text(r["student_auc"], *held), f"{_float(r['student_ne']):.4f}",
+                   auc_text(r["no_teacher_auc"], *held)]
+        lifts = [auc_text(r["lift_auc"], *held, sign=True), f"{_float(r['lift_ne']):+.4f}"]
         lines.append("| " + " | ".join([r["surface"], *figures, *lifts, r["student"], r["decision"] or "-",
                                         _cell(r["why"]) or "-"]) + " |")
     return "\n".join(lines) + "\n"

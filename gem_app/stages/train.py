@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gem import registry, tracking
 from gem.training.tracking import MODEL_NAME_TAG
+from gem.utils.evidence import auc_text
 from gem.utils.progress import figure
 from gem_app.stages.context import Reuse, RunContext, StageResult, fault_point, record_path
 from gem_app.stages.features import features_lineage
@@ -163,7 +164,8 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
                          metrics=metrics, steps=steps)
     reuse.put(result.as_dict())
     figure("steps", steps)
-    figure("holdout AUC", metrics.get("eval/auc/all/click", float("nan")))
+    figure("holdout AUC", auc_text(metrics.get("eval/auc/all/click"), metrics.get("eval/positives/all/click"),
+                                   metrics.get("eval/negatives/all/click")))
     figure("version", result.model_version)
     return result
 

@@ -35,6 +35,39 @@ def test_metrics_match_definitions():
     assert sum(curves["click"][2]) == n
 
 
+def test_an_auc_on_a_handful_of_positives_is_not_shown():
+    """Issue 31, item 2: below gem.utils.evidence.MIN_AUC_EVIDENCE positives or negatives a
+    group gets no AUC (so no MLflow metric) and reads "n/a (k positives)"; its counts stay."""
+    from gem.utils.evidence import MIN_AUC_EVIDENCE, auc_text
+
+    metrics = SurfaceTaskMetrics(["feed", "video"], ["click"])
+    labels = torch.zeros(200, 1)
+    labels[:40] = 1  # feed (even rows) 20 clicks; video (odd rows) 20 clicks, but only 3 on video
+    labels[1:40:2] = 0
+    labels[[1, 3, 5]] = 1
+    surface = torch.arange(200) % 2
+    metrics.update(torch.rand(200, 1, generator=torch.Generator().manual_seed(0)), labels, surface)
+    out = metrics.compute()
+    assert out["positives/video/click"] == 3 < MIN_AUC_EVIDENCE and "auc/video/click" not in out
+    assert out["positives/feed/click"] == 20 and 0 <= out["auc/feed/click"] <= 1
+    assert out["negatives/feed/click"] == 80 and "ne/video/click" in out
+    assert auc_text(out.get("auc/video/click"), 3, 97) == "n/a (3 positives)"
+    assert auc_text(1.0, 2, 1) == "n/a (2 positives, 1 negatives)" and auc_text(float("nan")) == "n/a"
+    assert auc_text(0.71234, 20, 80) == "0.7123" and auc_text(0.012, 50, 50, sign=True) == "+0.0120"
+
+
+def test_the_summary_shows_short_evidence_as_not_available():
+    from gem_app.stages.summary import markdown_table
+
+    row = {"surface": "video", "teacher_auc": 1.0, "teacher_ne": 0.5, "teacher_positives": 2.0,
+           "teacher_negatives": 40.0, "student_auc": float("nan"), "student_ne": 0.9, "no_teacher_auc": float("nan"),
+           "lift_auc": float("nan"), "lift_ne": 0.01, "holdout_positives": 2.0, "holdout_negatives": 40.0,
+           "student": "student_video v1", "decision": "not enough evidence", "why": "2 positives, needs 30"}
+    table = markdown_table("run", "models:/gem_teacher/1", [row])
+    line = next(line for line in table.splitlines() if line.startswith("| video"))
+    assert "1.0000" not in line and "0.0000" not in line and line.count("n/a (2 positives)") == 4
+
+
 def test_rank_slices_partition_the_global_batch():
     batch = synthetic_batch(default_synthetic_spec(), 10, mean_len=5.0)
     parts = [rank_slice(batch, r, 3) for r in range(3)]

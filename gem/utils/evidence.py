@@ -1,0 +1,25 @@
+"""How much a ranking figure must rest on before it is shown: an AUC over fewer than
+``MIN_AUC_EVIDENCE`` positives or negatives is written "n/a (k positives)" in step lines
+and summaries and left out of the logged metrics (the counts are logged instead), never
+shown as 0.0000 or 1.0000."""
+
+from __future__ import annotations
+
+import math
+
+MIN_AUC_EVIDENCE = 10  # positives, and negatives, an AUC needs
+
+
+def enough_for_auc(positives: float, negatives: float) -> bool:
+    return positives >= MIN_AUC_EVIDENCE and negatives >= MIN_AUC_EVIDENCE
+
+
+def auc_text(auc: float | None, positives: float | None = None, negatives: float | None = None,
+             sign: bool = False) -> str:
+    """The AUC (or an AUC lift, ``sign``) to 4 places, or "n/a (k positives)" when its
+    evidence is short or it is missing."""
+    short = [f"{int(n)} {name}" for n, name in ((positives, "positives"), (negatives, "negatives"))
+             if n is not None and n < MIN_AUC_EVIDENCE]
+    if short or auc is None or not math.isfinite(float(auc)):
+        return "n/a" + (f" ({', '.join(short)})" if short else "")
+    return f"{float(auc):+.4f}" if sign else f"{float(auc):.4f}"
