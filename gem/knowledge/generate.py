@@ -97,6 +97,8 @@ def run_teacher(teacher: Teacher, loader: FeatureLoader, precision: str = "fp32"
 
 
 def _list_column(matrix: np.ndarray) -> pa.Array:
+    if matrix.size == 0:  # a window without impressions: no rows, whatever the width
+        return pa.array([], pa.list_(pa.float32()))
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
     n, e = matrix.shape
     offsets = pa.array(np.arange(0, (n + 1) * e, e, dtype=np.int32))
@@ -114,9 +116,12 @@ def knowledge_tables(out: dict[str, np.ndarray], keys: pd.DataFrame, tags: dict[
     n = len(keys)
     tag_cols = {k: pa.array([v] * n, pa.string()) for k, v in tags.items()}
     ts = pa.array(keys["event_timestamp"], pa.timestamp("us", tz="UTC"))
-    own, every = out["own"][idx], out["all"][idx]
-    logits = {c: own[:, i] for i, c in enumerate(own_columns(tasks))}
-    logits.update({c: every.reshape(n, -1)[:, i] for i, c in enumerate(surface_columns(surfaces, tasks))})
+    own_cols, surface_cols = own_columns(tasks), surface_columns(surfaces, tasks)
+    # explicit widths: a window without impressions gives 1-D empty outputs
+    own = out["own"][idx].reshape(n, len(own_cols))
+    every = out["all"][idx].reshape(n, len(surface_cols))
+    logits = {c: own[:, i] for i, c in enumerate(own_cols)}
+    logits.update({c: every[:, i] for i, c in enumerate(surface_cols)})
     nan = np.full(n, np.nan, dtype=np.float32)
     fixed = {c: logits.pop(c, nan) for c in (*OWN_COLUMNS, *SURFACE_COLUMNS)}
     predictions = pa.table({

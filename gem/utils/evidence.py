@@ -19,7 +19,11 @@ def auc_text(auc: float | None, positives: float | None = None, negatives: float
     """The AUC (or an AUC lift, ``sign``) to 4 places, or "n/a (k positives)" when its
     evidence is short or it is missing."""
     short = [f"{int(n)} {name}" for n, name in ((positives, "positives"), (negatives, "negatives"))
-             if n is not None and n < MIN_AUC_EVIDENCE]
-    if short or auc is None or not math.isfinite(float(auc)):
+             if n not in (None, "") and float(n) < MIN_AUC_EVIDENCE]
+    try:
+        value = float(auc)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # missing: None, or "" as kfp carries it
+        value = math.nan
+    if short or not math.isfinite(value):
         return "n/a" + (f" ({', '.join(short)})" if short else "")
-    return f"{float(auc):+.4f}" if sign else f"{float(auc):.4f}"
+    return f"{value:+.4f}" if sign else f"{value:.4f}"

@@ -10,17 +10,15 @@ def distill(job: dict, student: Output[Model], metrics: Output[Metrics]) -> dict
     import json
 
     from gem import registry
-    from gem_app.components.runtime import run_context
+    from gem_app.components.runtime import log_figures, run_context
     from gem_app.stages.distill import distill as run
 
     result = run(job["surface"], job["train_features"], job["eval_features"], job["feast_repo"],
                  job["teacher_uri"], job["out"], run_context(job["ctx"]), preset=job["preset"],
                  teacher_version=job["teacher_version"])
     for who, figures in result.metrics.items():
-        for key, value in figures.items():
-            metrics.log_metric(f"{who}.{key}", value)
-    for key, value in result.lift.items():
-        metrics.log_metric(f"lift.{key}", value)
+        log_figures(metrics, figures, prefix=f"{who}.")
+    log_figures(metrics, result.lift, prefix="lift.")
     model_uri = registry.model_uri(result.model_name, result.version)
     with open(student.path, "w") as f:
         json.dump({"model_uri": model_uri}, f)

@@ -79,3 +79,13 @@ def fingerprint(data: str, presets: dict) -> dict:
     if data:
         keys["sim"] = ""
     return {"data": tree_digest(data) if data else "", "code": code_version(), **keys}
+
+
+def log_figures(metrics, figures: dict, prefix: str = "") -> None:
+    """``figures`` on a kfp Metrics artifact, the figures not computed (NaN: an AUC short
+    of evidence) left out: kfp's metadata carries no NaN."""
+    import math
+
+    for key, value in figures.items():
+        if math.isfinite(float(value)):
+            metrics.log_metric(prefix + key.replace("/", "."), value)

@@ -19,15 +19,14 @@ def train(tracking: str, features: str, features_digest: str, eval_features: str
     import os
     from collections import namedtuple
 
-    from gem_app.components.runtime import run_context
+    from gem_app.components.runtime import log_figures, run_context
     from gem_app.launch import NAMESPACE_ENV
     from gem_app.stages.train import train as run
 
     if trainjob_namespace:
         os.environ[NAMESPACE_ENV] = trainjob_namespace
     result = run(features, eval_features, out, preset, run_context(tracking), init_from=init_from, launcher=launcher)
-    for key, value in result.metrics.items():
-        metrics.log_metric(key.replace("/", "."), value)
+    log_figures(metrics, result.metrics)
     with open(teacher.path, "w") as f:
         json.dump({"model_uri": result.model_uri, "run_id": result.run_id}, f)
     teacher.metadata.update({"model_uri": result.model_uri, "version": result.model_version,

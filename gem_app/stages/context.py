@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 from contextlib import contextmanager
@@ -60,11 +61,15 @@ class StageResult:
 
 
 def without_nulls(value):
+    """``value`` as kfp can carry it: None, and a figure not computed (NaN, e.g. an AUC
+    short of evidence), become ""."""
     if isinstance(value, dict):
         return {k: without_nulls(v) for k, v in value.items()}
     if isinstance(value, list):
         return [without_nulls(v) for v in value]
-    return "" if value is None else value
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""
+    return value
 
 
 def start_pipeline(ctx: RunContext, *, params: dict | None = None, tags: dict | None = None,

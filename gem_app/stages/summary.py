@@ -5,6 +5,7 @@ of the pipeline's parent run, to MLflow; closes the parent run."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,19 +23,29 @@ class SummaryResult(StageResult):
     rows: list[dict] = field(default_factory=list)
 
 
+def _figure(value) -> float | None:
+    """A figure as summary.json keeps it: None where it was not computed (kfp carries a
+    missing figure as "", the training metrics leave it out)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _row(teacher: dict, row: dict) -> dict:
-    s, nan = row["surface"], float("nan")
-    m = teacher["metrics"]
+    s = row["surface"]
+    m, student, no_teacher = teacher["metrics"], row["metrics"]["student"], row["metrics"]["no_teacher"]
     return {"surface": s,
-            "teacher_auc": m.get(f"eval/auc/{s}/click", nan), "teacher_ne": m.get(f"eval/ne/{s}/click", nan),
+            "teacher_auc": _figure(m.get(f"eval/auc/{s}/click")), "teacher_ne": _figure(m.get(f"eval/ne/{s}/click")),
             # what each AUC rests on (an AUC short of evidence is shown "n/a (k positives)")
-            "teacher_positives": m.get(f"eval/positives/{s}/click"),
-            "teacher_negatives": m.get(f"eval/negatives/{s}/click"),
-            "holdout_positives": row["metrics"]["student"].get("positives"),
-            "holdout_negatives": row["metrics"]["student"].get("negatives"),
-            "student_auc": row["metrics"]["student"]["auc"], "student_ne": row["metrics"]["student"]["ne"],
-            "no_teacher_auc": row["metrics"]["no_teacher"]["auc"], "no_teacher_ne": row["metrics"]["no_teacher"]["ne"],
-            "lift_auc": row["lift"]["auc"], "lift_ne": row["lift"]["ne"],
+            "teacher_positives": _figure(m.get(f"eval/positives/{s}/click")),
+            "teacher_negatives": _figure(m.get(f"eval/negatives/{s}/click")),
+            "holdout_positives": _figure(student.get("positives")),
+            "holdout_negatives": _figure(student.get("negatives")),
+            "student_auc": _figure(student.get("auc")), "student_ne": _figure(student.get("ne")),
+            "no_teacher_auc": _figure(no_teacher.get("auc")), "no_teacher_ne": _figure(no_teacher.get("ne")),
+            "lift_auc": _figure(row["lift"].get("auc")), "lift_ne": _figure(row["lift"].get("ne")),
             "student": f"{row['model_name']} v{row['version']}", "promoted": bool(row.get("promoted", False)),
             "decision": row.get("decision", ""), "why": row.get("why", "")}
 

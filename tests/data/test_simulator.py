@@ -106,5 +106,5 @@ def test_same_user_behaves_differently_per_surface(world):
 
 
 def test_rejects_bad_config(tmp_path):
-    with pytest.raises(ValueError, match="users must be >= 1"):
+    with pytest.raises(ValueError, match="users=0: must be >= 1"):
         simulate(SimulatorConfig(users=0), tmp_path / "x", progress=False)

@@ -30,14 +30,30 @@ def test_one_day_windows_of_a_sparse_span_fail_saying_how_to_widen_them(years):
 
 @pytest.mark.slow(minutes=4.5)
 def test_three_years_at_the_same_second_without_conversions_run_to_a_summary(years, tmp_path):
+    """Also issue 31: the default windows are sized by evidence (one-day windows cannot
+    even hold both labels here), printed with their sizes, and a holdout of a handful of
+    positives promotes nothing and shows no AUC as if it were a measurement."""
     workspace = tmp_path / "ws"
-    proc = run_pipeline_cli(workspace, years, "--student-days", "120", "--holdout-days", "120")
+    proc = run_pipeline_cli(workspace, years)
     summary = completed(proc, workspace)
     ingest = ingested(workspace)
+    assert set(ingest["evidence"]) == {"student window", "holdout window"}
+    for text in ingest["evidence"].values():
+        assert text.split(" ")[0] in proc.stdout + proc.stderr  # the span, on the terminal
+    one_day = split_windows(years)
+    assert ingest["windows"]["student_end"] < one_day.student_end  # wider than a day
+    assert not any(row["promoted"] for row in summary["surfaces"])
+    assert all(row["decision"] == "not enough evidence" for row in summary["surfaces"])
+    table = (workspace / "summary.md").read_text()
+    for row in summary["surfaces"]:
+        line = next(line for line in table.splitlines() if line.startswith(f"| {row['surface']} |"))
+        if row["holdout_positives"] < 10:  # gem.utils.evidence.MIN_AUC_EVIDENCE
+            assert f"n/a ({int(row['holdout_positives'])} positives" in line
     planned, warnings = check_windows(years, Windows(**ingest["windows"]))
-    assert [r["surface"] for r in summary["surfaces"]] == planned == ingest["surfaces"] and planned
-    for warning in warnings:  # a surface left without a student is said on the terminal
-        assert warning in proc.stderr
+    assert sorted(r["surface"] for r in summary["surfaces"]) == sorted(planned) == sorted(ingest["surfaces"]) and planned
+    assert warnings  # messaging: no click in the student window
+    for surface in {"feed", "video", "stories", "messaging"} - set(planned):  # said on the terminal, with its counts
+        assert f"surface '{surface}' gets no student: it has student " in proc.stderr
     assert "no conversion in the data" in proc.stderr
     teacher = json.loads((workspace / "features" / "teacher" / "manifest.json").read_text())
     assert teacher["dataset"]["data_tasks"] == ["click"]

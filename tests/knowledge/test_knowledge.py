@@ -205,3 +205,18 @@ def test_a_window_inside_a_shard_gets_only_its_own_examples(world, tmp_path):
     assert manifest["counts"]["examples"] == len(expected)
     assert manifest["window"]["start"].startswith(day2) and manifest["window"]["end"].startswith(hi)
     assert lo < day2
+
+
+def test_a_window_without_impressions_writes_empty_tables(world, tmp_path):
+    """A lead or window with no impression in [start, end) (a sparse log's quiet days)
+    gives empty knowledge tables with the full schema, not a crash."""
+    keys = example_keys(world.features["teacher"])
+    first = keys["event_timestamp"].min()
+    assert first > first.floor("D")  # the first day's shard has quiet time before its first impression
+    start, end = first.floor("D").isoformat(), first.isoformat()
+    manifest = generate_knowledge(world.teacher_uri, world.features["teacher"], tmp_path / "k", start=start, end=end,
+                                  tracking_uri=world.tracking_uri)
+    assert manifest["counts"] == {"examples": 0, PREDICTIONS: 0, USER_EMBEDDING: 0, ITEM_EMBEDDING: 0}
+    predictions = pq.read_table(tmp_path / "k" / PREDICTIONS)
+    assert predictions.num_rows == 0 and set(OWN_COLUMNS) | set(SURFACE_COLUMNS) <= set(predictions.column_names)
+    assert pq.read_table(tmp_path / "k" / USER_EMBEDDING).num_rows == 0

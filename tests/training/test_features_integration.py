@@ -15,10 +15,13 @@ def features_dir(tiny_dataset, tmp_path_factory):
 
 
 def test_train_and_evaluate_on_features(features_dir, tmp_path):
+    import json
+
     import mlflow
 
     from gem.training.config import load_train_config
     from gem.training.trainer import train_and_evaluate
+    from gem.utils.digest import lineage_digest
 
     cfg, model_cfg = load_train_config("tiny", ["system_metrics=false", "measure_peak=false", "batch_size=32",
                                                 "max_steps=6", "log_model=false", "eval_batches=4",
@@ -31,4 +34,5 @@ def test_train_and_evaluate_on_features(features_dir, tmp_path):
     # Same directory for both: MLflow keeps one dataset input; both digests are params.
     assert run.inputs.dataset_inputs[0].dataset.digest == run.data.params["data.training.digest"]
     assert run.data.params["data.evaluation.digest"] == run.data.params["data.training.digest"]
-    assert len(run.data.params["data.training.digest"]) == 16
+    manifest = json.loads((features_dir / "manifest.json").read_text())
+    assert run.data.params["data.training.digest"] == lineage_digest(manifest["digest"])

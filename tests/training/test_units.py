@@ -54,6 +54,12 @@ def test_an_auc_on_a_handful_of_positives_is_not_shown():
     assert auc_text(out.get("auc/video/click"), 3, 97) == "n/a (3 positives)"
     assert auc_text(1.0, 2, 1) == "n/a (2 positives, 1 negatives)" and auc_text(float("nan")) == "n/a"
     assert auc_text(0.71234, 20, 80) == "0.7123" and auc_text(0.012, 50, 50, sign=True) == "+0.0120"
+    # as a kfp step passes it on: the NaN and the missing count become "" (kfp carries no NaN)
+    from gem_app.stages.context import without_nulls
+
+    carried = without_nulls({"auc": float("nan"), "positives": None, "ne": 0.5, "list": [float("inf"), 1.0]})
+    assert carried == {"auc": "", "positives": "", "ne": 0.5, "list": ["", 1.0]}
+    assert auc_text(carried["auc"], carried["positives"], 40) == "n/a"
 
 
 def test_the_summary_shows_short_evidence_as_not_available():
