@@ -13,10 +13,12 @@
 2. The kfp.local per-task floor: a pipeline of no-op tasks (process start, kfp's
    executor), the import time of each stage's modules in a fresh process, and what
    they are of the 1x run.
-3. The features build alone (features preset `default`: N = 1,024) at 10M events
-   (preset `large`) and 100M (`events_100m`, 1.15M users), in the same run: seconds
-   per phase, CPU seconds, peak RSS of the process tree, bytes written; and one digest
-   pass over each dataset (what the reuse key and the validation stamp each cost).
+3. The features build alone (features preset `default`: N = 1,024; one process by
+   default) at 10M events (preset `large`) and 100M (`events_100m`, 1.15M users), in the
+   same run: first the validation ingest does (timed apart), then the build on the
+   stamped dataset: seconds per phase, CPU seconds, peak RSS of the process tree, bytes
+   written; and one digest pass over each dataset (what the reuse key and the
+   validation stamp each cost, now taken once per stage).
 
 Simulated data is built under ``--data-root`` (default ``$GEM_SCALE_DATA``, else
 ``.local_runs/scale``), reused while its config and the code are unchanged; the
@@ -58,13 +60,15 @@ def load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def simulated(root: Path, preset: str) -> Path:
+def simulated(root: Path, preset: str, workers: int = 0) -> Path:
     """The simulator preset's dataset under ``root``, reused while its config and the code
-    are unchanged (benchmarks.results.built)."""
+    are unchanged (benchmarks.results.built); ``workers`` > 0: that many processes (the
+    data does not depend on it; each holds a chunk of users, ~2 GB at the 100M preset)."""
     from gem.config import load_config
     from gem.data.simulate import SimulatorConfig, simulate
 
-    cfg = load_config(SimulatorConfig, section="simulator", preset=preset)
+    cfg = load_config(SimulatorConfig, section="simulator", preset=preset,
+                      overrides=[f"workers={workers}"] if workers else [])
     out = root / f"sim-{preset}"
     built(out, {"simulator": asdict(cfg)}, lambda o: simulate(cfg, o, progress=False))
     return out
@@ -286,9 +290,11 @@ class TreeUsage:
         return sum(self._written.values()) - self._written0
 
 
-def features_alone(data: Path, out: Path) -> dict:
-    """build_features' phases on ``data`` (features preset default, N = 1,024), timed."""
+def features_alone(data: Path, out: Path, workers: int) -> dict:
+    """build_features' phases on ``data`` (features preset default, N = 1,024, ``workers``
+    processes), timed."""
     from gem.config import load_config
+    from gem.data.validate import validate_dataset
     from gem.features.build import _workers, finalize_build, prepare_build
     from gem.features.config import FeaturesConfig
     from gem.features.jobs import shard_job
@@ -296,9 +302,15 @@ def features_alone(data: Path, out: Path) -> dict:
     from gem.utils.digest import tree_digest
     from gem.utils.pool import process_pool
 
-    cfg = load_config(FeaturesConfig, section="features", preset="default")
+    cfg = load_config(FeaturesConfig, section="features", preset="default", overrides=[f"workers={workers}"])
     events, data_bytes = count_events(data), dir_bytes(data)
     before = load()
+    clean = out.with_name(f"{out.name}-clean")  # ingest's part: the build then reads a stamped dataset
+    with TreeUsage() as validation:
+        start = time.perf_counter()
+        validate_dataset(data, report_dir=clean.with_name(f"{clean.name}-report"), out=clean)
+        validate_s = time.perf_counter() - start
+    data = clean
     start = time.perf_counter()
     tree_digest(data)
     digest_s = time.perf_counter() - start
@@ -314,7 +326,10 @@ def features_alone(data: Path, out: Path) -> dict:
         manifest = finalize_build(plan, cfg)
         end = time.perf_counter()
     shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(clean, ignore_errors=True)
     return {
+        "validate_s": round(validate_s, 1), "validate_cpu_s": round(validation.cpu_s, 1),
+        "validate_peak_rss_gb": round(validation.peak_rss / 2**30, 2),
         "events": events, "data_bytes": data_bytes, "examples": manifest["counts"]["examples"],
         "shards": len(keys), "build_s": round(end - start, 1), "prepare_s": round(prepared - start, 1),
         "shards_s": round(shards_done - prepared, 1), "finalize_s": round(end - shards_done, 1),
@@ -326,9 +341,10 @@ def features_alone(data: Path, out: Path) -> dict:
     }
 
 
-def features_section(root: Path, names: list[str], tmp: Path) -> dict:
-    runs = {name: features_alone(simulated(root, FEATURES_EVENTS[name]), tmp / f"features-{name}") for name in names}
-    out: dict = {"runs": runs, "features_preset": "default", "max_seq_len": 1024,
+def features_section(root: Path, names: list[str], tmp: Path, workers: int) -> dict:
+    runs = {name: features_alone(simulated(root, FEATURES_EVENTS[name], workers), tmp / f"features-{name}", workers)
+            for name in names}
+    out: dict = {"runs": runs, "features_preset": "default", "max_seq_len": 1024, "workers": workers,
                  "simulator_presets": {n: FEATURES_EVENTS[n] for n in names}}
     if "10m" in runs and "100m" in runs:
         small, big = runs["10m"], runs["100m"]
@@ -356,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of every pipeline task (OMP_NUM_THREADS; 0: one per core). Default 1: "
                              "on this shared 2-core machine two threads under a load of 8 trained 2x slower than one")
+    parser.add_argument("--features-workers", type=int, default=1,
+                        help="processes of the features build alone and of its simulation (0: one per core); "
+                             "default 1: one process, so memory and time do not depend on the machine's other jobs")
     parser.add_argument("--no-floor", action="store_true", help="skip the kfp.local floor section")
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--drop-data", action="store_true", help="delete the simulated datasets at the end")
@@ -402,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             figures["floor"] = floor(tmp, smallest)
         names = [n for n in args.features_events.split(",") if n]
         if names:
-            figures["features"] = features_section(root, names, tmp)
+            figures["features"] = features_section(root, names, tmp, args.features_workers)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if args.drop_data:
