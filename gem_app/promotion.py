@@ -49,7 +49,7 @@ from typing import Iterator
 import numpy as np
 
 from gem.registry import CHALLENGER, CHAMPION, champion_version
-from gem.utils.evidence import enough_for_auc
+from gem.utils.evidence import auc_text, enough_for_auc
 
 log = logging.getLogger(__name__)
 
@@ -251,9 +251,11 @@ def compare(challenger: dict[str, dict[str, float]], champion: dict[str, dict[st
         fails = floor_failures(metrics, cfg)
         auc = metrics.get("auc", float("nan"))
         if reference is None:
-            if not auc >= cfg.min_auc:
-                fails.append(f"AUC {auc:.4f} < min_auc {cfg.min_auc:g} (no champion to compare with)")
-            text = f"AUC {auc:.4f} >= min_auc {cfg.min_auc:g}, NE {metrics.get('ne', float('nan')):.4f}; no champion"
+            # min_auc 0 is no AUC floor: then an AUC left out for short evidence (gem.utils.evidence) is not needed
+            if cfg.min_auc > 0 and not auc >= cfg.min_auc:
+                fails.append(f"AUC {auc_text(auc)} < min_auc {cfg.min_auc:g} (no champion to compare with)")
+            ne = metrics.get("ne", float("nan"))
+            text = f"AUC {auc_text(auc)} >= min_auc {cfg.min_auc:g}, NE {ne:.4f}; no champion"
         else:
             auc_gain = auc - reference["auc"]
             ne_increase = metrics.get("ne", float("nan")) - reference["ne"]

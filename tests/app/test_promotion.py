@@ -108,6 +108,19 @@ def test_too_few_positives_is_not_enough_evidence_and_says_how_many_it_needs():
         assert not promote and v.outcome == NOT_ENOUGH_EVIDENCE
         assert f"the holdout has {positives} positive" in v.reason and "needs at least 30 of each" in v.reason
     assert compare({"all": figures}, None, GateConfig(min_positives=10, max_ne=5, max_calibration=5))[0]
+    # floors lowered below the AUC's own evidence (the fault suite's lenient gate): the AUC is left out,
+    # and only a gate without an AUC floor (min_auc 0) can promote on it
+    few = holdout_figures(*_ranker(rng, 3, 60))
+    lenient = dict(min_positives=1, min_negatives=1, max_ne=10.0, min_calibration=0.0, max_calibration=100.0)
+    assert np.isnan(few["auc"]) and compare({"all": few}, None, GateConfig(**lenient, min_auc=0.0))[0]
+    promote, (v,) = compare({"all": few}, None, GateConfig(**lenient))
+    assert not promote and v.outcome == KEEP and "AUC n/a < min_auc 0.55" in v.reason
+
+
+def _ranker(rng, positives: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    y = np.zeros(rows)
+    y[rng.choice(rows, positives, replace=False)] = 1
+    return y, np.clip(y * 0.6 + rng.random(rows) * 0.1, 0.01, 0.99)
 
 
 def test_gate_settings_are_checked_and_logged_as_params():
