@@ -82,10 +82,15 @@ def fingerprint(data: str, presets: dict) -> dict:
 
 
 def log_figures(metrics, figures: dict, prefix: str = "") -> None:
-    """``figures`` on a kfp Metrics artifact, the figures not computed (NaN: an AUC short
-    of evidence) left out: kfp's metadata carries no NaN."""
+    """``figures`` on a kfp Metrics artifact, the figures not computed left out: NaN (an
+    AUC short of evidence; kfp's metadata carries no NaN) or "" (the same figure as a
+    recorded result carries it, gem_app.stages.context.without_nulls)."""
     import math
 
     for key, value in figures.items():
-        if math.isfinite(float(value)):
-            metrics.log_metric(prefix + key.replace("/", "."), value)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number):
+            metrics.log_metric(prefix + key.replace("/", "."), number)

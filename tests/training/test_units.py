@@ -60,6 +60,15 @@ def test_an_auc_on_a_handful_of_positives_is_not_shown():
     carried = without_nulls({"auc": float("nan"), "positives": None, "ne": 0.5, "list": [float("inf"), 1.0]})
     assert carried == {"auc": "", "positives": "", "ne": 0.5, "list": ["", 1.0]}
     assert auc_text(carried["auc"], carried["positives"], 40) == "n/a"
+    # and on a kfp Metrics artifact, from a fresh result or a recorded one (a rerun's reuse)
+    from kfp.dsl import Metrics
+
+    from gem_app.components.runtime import log_figures
+
+    artifact = Metrics(name="metrics", uri="/tmp/unused")
+    log_figures(artifact, {"auc": float("nan"), "ne": 0.5, "positives": 3}, prefix="student.")
+    log_figures(artifact, carried, prefix="recorded.")
+    assert artifact.metadata == {"student.ne": 0.5, "student.positives": 3.0, "recorded.ne": 0.5}
 
 
 def test_the_summary_shows_short_evidence_as_not_available():
