@@ -51,10 +51,8 @@ def _row(teacher: dict, row: dict) -> dict:
 
 
 def _float(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
+    figure = _figure(value)
+    return math.nan if figure is None else figure
 
 
 def _cell(text: str) -> str:
