@@ -27,3 +27,18 @@ def auc_text(auc: float | None, positives: float | None = None, negatives: float
     if short or not math.isfinite(value):
         return "n/a" + (f" ({', '.join(short)})" if short else "")
     return f"{value:+.4f}" if sign else f"{value:.4f}"
+
+
+def computed(figures: dict) -> dict[str, float]:
+    """The figures that were computed, as floats: a figure left out (NaN, as an AUC short
+    of evidence is; "" or None, as a kfp output carries it) is dropped, for MLflow and
+    kfp metrics, which take no NaN."""
+    out = {}
+    for key, value in figures.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number):
+            out[key] = number
+    return out

@@ -82,15 +82,9 @@ def fingerprint(data: str, presets: dict) -> dict:
 
 
 def log_figures(metrics, figures: dict, prefix: str = "") -> None:
-    """``figures`` on a kfp Metrics artifact, the figures not computed left out: NaN (an
-    AUC short of evidence; kfp's metadata carries no NaN) or "" (the same figure as a
-    recorded result carries it, gem_app.stages.context.without_nulls)."""
-    import math
+    """``figures`` on a kfp Metrics artifact, the figures not computed left out
+    (gem.utils.evidence.computed: kfp's metadata carries no NaN)."""
+    from gem.utils.evidence import computed
 
-    for key, value in figures.items():
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(number):
-            metrics.log_metric(prefix + key.replace("/", "."), number)
+    for key, number in computed(figures).items():
+        metrics.log_metric(prefix + key.replace("/", "."), number)

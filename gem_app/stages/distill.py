@@ -15,12 +15,11 @@ evaluation windows).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gem import registry, tracking
-from gem.utils.evidence import auc_text
+from gem.utils.evidence import auc_text, computed
 from gem.utils.progress import figure
 from gem_app.stages.context import Reuse, RunContext, StageResult, fault_point, log_model_input, tracked
 from gem_app.stages.features import features_lineage, log_features_input
@@ -182,9 +181,8 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
         lift = {"auc": figures["student"]["auc"] - figures["no_teacher"]["auc"],
                 "ne": figures["no_teacher"]["ne"] - figures["student"]["ne"]}
         # an AUC short of evidence is NaN here and stays out of MLflow (its counts go in)
-        mlflow.log_metrics({f"eval/{who}/{k}": v for who, m in figures.items() for k, v in m.items()
-                            if math.isfinite(v)})
-        mlflow.log_metrics({f"eval/lift/{k}": v for k, v in lift.items() if math.isfinite(v)})
+        mlflow.log_metrics(computed({f"eval/{who}/{k}": v for who, m in figures.items() for k, v in m.items()}))
+        mlflow.log_metrics(computed({f"eval/lift/{k}": v for k, v in lift.items()}))
         log_evaluation(student, baseline, holdout, surface)
         for who, res in (("student", student), ("no_teacher", baseline)):
             for epoch, loss in enumerate(res.train_loss):
@@ -202,7 +200,7 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
             input_example=input_example(eval_features, feast_repo if student.model.teacher_emb_dim else None),
             params={**{f"student.{k}": v for k, v in flatten(cfg.student).items()},
                     "methods": ",".join(student.methods), **tags},
-            metrics={f"holdout/{k}": v for k, v in figures["student"].items() if math.isfinite(v)},
+            metrics=computed({f"holdout/{k}": v for k, v in figures["student"].items()}),
             about=f"Trained on the window {window}, evaluated on {features_lineage(eval_features)[0]} "
                   f"(holdout AUC {auc_text(*(figures['student'][k] for k in ('auc', 'positives', 'negatives')))}, "
                   f"NE {figures['student']['ne']:.4f}).")

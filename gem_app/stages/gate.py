@@ -15,13 +15,13 @@ once, after every step it depends on has succeeded; the words go on each model v
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from gem import registry, tracking
+from gem.utils.evidence import computed
 from gem.utils.progress import figure
 from gem_app.promotion import (
     DECISION_TAG,
@@ -75,7 +75,7 @@ def _log_gate_run(decision: GateDecision, cfg: GateConfig, eval_features: str, m
         metrics.update({gate_metric_name(k): float(v) for k, v in verdict.challenger.items()})
         metrics.update({f"champion/{k}": float(v) for k, v in (verdict.champion or {}).items()
                         if k in ("auc", "ne", "calibration")})
-    mlflow.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})  # an "n/a" AUC is left out
+    mlflow.log_metrics(computed(metrics))  # an "n/a" AUC is left out
     mlflow.log_dict(decision.to_dict(), "gate_decision.json")
     log_features_input(eval_features, "evaluation")
     for uri in (model_uri, champion_uri):

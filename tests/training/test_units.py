@@ -69,6 +69,9 @@ def test_an_auc_on_a_handful_of_positives_is_not_shown():
     log_figures(artifact, {"auc": float("nan"), "ne": 0.5, "positives": 3}, prefix="student.")
     log_figures(artifact, carried, prefix="recorded.")
     assert artifact.metadata == {"student.ne": 0.5, "student.positives": 3.0, "recorded.ne": 0.5}
+    from gem.utils.evidence import computed
+
+    assert computed({"auc": float("nan"), "lift": "", "n": None, "ne": 0.5, "k": 3}) == {"ne": 0.5, "k": 3.0}
 
 
 def test_the_summary_shows_short_evidence_as_not_available():
