@@ -27,16 +27,20 @@ PIP_REQUIREMENTS = ["torch==2.13.0", "numpy", "pandas", "pyarrow", "feast[duckdb
 
 
 def score_window(model, features: str, *, surface: str, feast_repo: str = "", refresh_every: str = "1d",
-                 max_examples: int = 0):
+                 max_examples: int = 0, name: str = "the student"):
     """The student's probabilities on its surface's rows of a features window:
-    (table of those rows, (N, T) probabilities)."""
+    (table of those rows, (N, T) probabilities). A window of other vocabularies than the
+    student's is refused (VocabularyMismatch, naming both digests)."""
     import torch
 
+    from gem.features.loader import load_feature_spec
+    from gem.features.vocab import check_vocabularies
     from students.data import attach_knowledge, load_table
     from students.train import predict
 
     if not (Path(features) / "manifest.json").is_file():
         raise FileNotFoundError(f"{features}: not a finished features window (no manifest.json)")
+    check_vocabularies(model.vocab_digests, load_feature_spec(features).vocab_digests, model=name, window=str(features))
     table, _ = load_table(features, model.cfg)
     if surface not in table.surfaces:
         raise ValueError(f"{features} has no surface {surface!r} (it has {list(table.surfaces)})")

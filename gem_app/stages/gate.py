@@ -150,7 +150,7 @@ def holdout_predictions(model_uris: dict[str, str], surface: str, eval_features:
     part, probs = None, {}
     for who, uri in model_uris.items():
         rows, scored = score_window(load_student(uri), eval_features, surface=surface, feast_repo=feast_repo,
-                                    refresh_every=refresh_every)
+                                    refresh_every=refresh_every, name=f"{who} {uri}")
         if part is not None and not (rows.example_id == part.example_id).all():
             raise RuntimeError(f"{uri} scored other rows of {eval_features} than {model_uris}; cannot pair them")
         part = rows if part is None else part

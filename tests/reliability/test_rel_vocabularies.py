@@ -148,3 +148,57 @@ def test_vocabulary_digests_are_the_content_not_the_file(tiny_features, on_teach
 
     assert Vocabularies.read(on_teacher_vocab).digests() == Vocabularies.read(tiny_features).digests()
     assert json.loads((tiny_features / "manifest.json").read_text())["spec"]["vocab_digests"] == _digests(tiny_features)
+
+
+@pytest.fixture(scope="module")
+def saved_student(tiny_features, tmp_path_factory):
+    """A student built on the teacher's window (its vocabularies recorded) and saved as the
+    registry stores it."""
+    from gem.features.loader import load_feature_spec
+    from students.config import StudentModelConfig
+    from students.distill import cardinalities
+    from students.model import VerticalStudent
+    from students.store import save_student
+
+    spec, cfg = load_feature_spec(tiny_features), StudentModelConfig()
+    model = VerticalStudent(cfg, cardinalities(spec, cfg), len(cfg.dense_features), vocab_digests=spec.vocab_digests)
+    return save_student(model, tmp_path_factory.mktemp("student") / "student")
+
+
+def test_a_student_records_its_vocabularies_and_refuses_another_window(saved_student, tiny_features,
+                                                                       smaller_features, on_teacher_vocab):
+    """The student gate scores the champion student on the run's holdout through
+    score_window: a champion of another dataset's vocabularies is refused there, naming
+    both digests; a window built with the student's vocabularies scores."""
+    from students.pyfunc import score_window
+    from students.store import load_student
+
+    student = load_student(saved_student)
+    assert student.vocab_digests == _digests(tiny_features)
+    with pytest.raises(VocabularyMismatch) as refused:
+        score_window(student, str(smaller_features), surface="feed", name="champion models:/student_feed/1")
+    text = str(refused.value)
+    assert "champion models:/student_feed/1" in text and vocabulary_digest(_digests(tiny_features)) in text
+    assert vocabulary_digest(_digests(smaller_features)) in text
+    rows, probs = score_window(student, str(on_teacher_vocab), surface="feed")
+    assert len(rows) == len(probs) > 0
+
+
+def test_a_student_saved_without_vocabularies_is_refused_unless_allowed(saved_student, tiny_features, tmp_path,
+                                                                        monkeypatch):
+    from students.pyfunc import score_window
+    from students.store import STUDENT_CONFIG, STUDENT_FILES, load_student
+
+    old = tmp_path / "old-student"
+    shutil.copytree(saved_student, old)
+    args = json.loads((old / STUDENT_CONFIG).read_text())
+    args.pop("vocab_digests")
+    (old / STUDENT_CONFIG).write_text(json.dumps(args))
+    from gem.model.store import write_digests
+
+    write_digests(old, STUDENT_FILES)
+    with pytest.raises(VocabularyMismatch, match="saved without the digests of its vocabularies"):
+        score_window(load_student(old), str(tiny_features), surface="feed")
+    monkeypatch.setenv(ALLOW_UNRECORDED, "1")
+    rows, probs = score_window(load_student(old), str(tiny_features), surface="feed")
+    assert len(rows) == len(probs) > 0
