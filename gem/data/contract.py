@@ -255,6 +255,18 @@ class DatasetHandle:
 
         return digest_of_files(self.files, exclude=names)
 
+    def day_digests(self) -> dict[str, str]:
+        """Each event day partition's content digest (its files' paths and bytes), from the
+        same walk: day (YYYY-MM-DD) -> sha256."""
+        from gem.utils.digest import digest_of_files
+
+        by_day: dict[str, list[tuple[str, str]]] = {}
+        prefix = f"{EVENTS_DIR}/{DAY_PARTITION}="
+        for rel, digest in self.files:
+            if rel.startswith(prefix) and rel.count("/") == 2:
+                by_day.setdefault(rel[len(prefix):].split("/", 1)[0], []).append((rel, digest))
+        return {day: digest_of_files(files) for day, files in sorted(by_day.items())}
+
 
 def parse_utc(text: str) -> dt.datetime:
     """Parse an ISO-8601 time; naive times are taken as UTC."""

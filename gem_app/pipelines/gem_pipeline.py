@@ -52,6 +52,9 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
                      # 0 days: the window is chosen by window_evidence (gem.protocol.Evidence fields)
                      student_days: int = 1 if refresh else 0, holdout_days: int = 1 if refresh else 0,
                      teacher_days: int = 1 if refresh else 0,
+                     # late or corrected days since the last committed run: refuse | backfill
+                     # ("": not checked; the local refresh checks them in its state.json)
+                     late_data: str = "refuse" if refresh else "",
                      window_evidence: dict = {},  # noqa: B006 (compiled, never mutated)
                      gate_settings: dict = {},  # noqa: B006 - GateConfig fields (gem_app/promotion.py)
                      pretrain_launcher: str = cluster.pretrain_launcher if cluster else "local",
@@ -67,7 +70,7 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
             tracking=tracking, data=data, data_digest=started.outputs["data_digest"], sim_preset=sim_preset,
             sim_config=configs["sim"], code_version=code, workspace=workspace, student_days=student_days,
             holdout_days=holdout_days, teacher_days=teacher_days, surfaces=surfaces,
-            window_evidence=window_evidence), cluster)
+            window_evidence=window_evidence, late_data=late_data), cluster)
         init_from, teacher_vocab, teacher_vocab_digest = "", "", ""
         if refresh:
             champion = configure_task(resolve_champion(ctx=ctx), cluster)
@@ -118,7 +121,8 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
             decision = configure_task(gate(job=job, challenger=distilled.outputs["Output"]), cluster)
         # the run's one commit: after the teacher's gate and every surface's
         committed = configure_task(promote(ctx=ctx, teacher_gate=teacher_gate.output,
-                                           gated=dsl.Collected(decision.outputs["Output"])), cluster)
+                                           gated=dsl.Collected(decision.outputs["Output"]), data=data,
+                                           data_days=ingested.outputs["days"]), cluster)
         configure_task(summary(ctx=ctx, teacher=teacher.outputs["result"], promoted=committed.output,
                                workspace=workspace), cluster)
 

@@ -77,8 +77,9 @@ def run_cycle(days: list[dt.date], *, data: Path, workspace: Path, params: dict,
     extra = {}
     if backfill and refresh:
         extra["teacher_days"] = backfill_teacher_days(view, days[-1], dt.date.fromisoformat(backfill["from"]))
+    # late data is checked here against state.json (gem_app.refresh.state), not in the pipeline
     summary = run_pipeline(cycle, refresh=refresh, tracking_root=str(workspace.resolve()),
-                           data=str(view.resolve()), run_id=f"refresh-{name}", **params, **extra)
+                           data=str(view.resolve()), run_id=f"refresh-{name}", late_data="", **params, **extra)
     result = {"days": [d.isoformat() for d in days], "mode": "refresh" if refresh else "full",
               "promoted": {row["surface"]: row["promoted"] for row in summary["surfaces"]},
               "summary": str(cycle / "summary.json")}

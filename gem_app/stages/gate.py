@@ -246,16 +246,22 @@ class PromoteResult(StageResult):
     summary: str
 
 
-def promote(teacher_gate: dict, gated: list[dict], ctx: RunContext) -> PromoteResult:
+def promote(teacher_gate: dict, gated: list[dict], ctx: RunContext, *, data: str = "",
+            data_days: dict | None = None) -> PromoteResult:
     """Apply every decision of the run at once (promotion.commit): the champions move
-    only now, after every step of the run has succeeded."""
+    only now, after every step of the run has succeeded. Then ``data``'s days as the run
+    read them are recorded (gem_app.refresh.committed: the next run's late-data check)."""
     import mlflow
+
+    from gem_app.refresh.committed import record_committed_days
 
     ctx.configure()
     decisions = ([decision_from_dict(teacher_gate)] if teacher_gate else []) + [
         decision_from_dict(g["decision"]) for g in gated]
     final = commit(decisions, Path(ctx.tracking_root) / COMMIT_DIR, pipeline_run_id=ctx.pipeline_run_id,
                    fault=lambda: fault_point("promote:mid"))
+    if data and data_days:
+        record_committed_days(ctx.tracking_root, data, data_days)
     applied = {d.model_name: d for d in final}
     lines = [d.summary() for d in final]
     if ctx.parent_run_id:

@@ -53,6 +53,8 @@ class IngestResult(StageResult):
     surfaces: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     evidence: dict[str, str] = field(default_factory=dict)  # windows chosen by evidence: span and sizes
+    days: dict[str, str] = field(default_factory=dict)  # the given dataset's day -> digest (the commit records it)
+    late_data: dict = field(default_factory=dict)  # late or corrected days found and backfilled (late_data=backfill)
 
 
 def _show(result: IngestResult) -> None:
@@ -106,30 +108,43 @@ def check_surfaces(data: str, surfaces: list[str] | None) -> list[str]:
 
 def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, student_days: int = 0,
            holdout_days: int = 0, teacher_days: int = 0, surfaces: list[str] | None = None,
-           cuts: list[str] | None = None, evidence: dict | None = None) -> IngestResult:
+           cuts: list[str] | None = None, evidence: dict | None = None, late_data: str = "") -> IngestResult:
     """A rerun reuses the result only when the dataset's bytes (or the simulator's
     config) and the protocol are unchanged. ``surfaces`` (asked for) are checked against
     the data first: a surface it lacks fails here, before any work. ``cuts`` (default:
     the workspace's cuts.json): [teacher_end, student_end]. Otherwise a window of
     ``student_days`` / ``holdout_days`` > 0 days is that many last days, and one of 0 is
-    chosen by ``evidence`` (gem.protocol.Evidence fields; defaults where absent)."""
+    chosen by ``evidence`` (gem.protocol.Evidence fields; defaults where absent).
+    ``late_data`` (refuse | backfill; empty: not checked) compares the dataset's days
+    with those the last committed run recorded (gem_app.refresh.committed) first."""
+    from gem.data.contract import DatasetHandle
     from gem.data.profile import profile_dataset
+    from gem_app.refresh.committed import late_data_plan
 
     if data and surfaces:
         check_surfaces(data, surfaces)
     ws = Path(workspace)
     cuts = list(cuts) if cuts is not None else read_cuts(ws)
     by_days = student_days > 0 and holdout_days > 0
+    dataset = DatasetHandle.open(data) if data else None
+    days = dataset.day_digests() if dataset else {}
+    late = None
+    if dataset and late_data:
+        late, teacher_days = late_data_plan(ctx.tracking_root, data, days, late_data, teacher_days=teacher_days,
+                                            student_days=student_days, holdout_days=holdout_days)
+        if late:
+            warning(f"{late.describe()}: backfilled (late_data=backfill): every window rebuilt from the current "
+                    f"data, the teacher window {teacher_days} days back")
     proof = Evidence.from_dict(evidence)
     protocol = {"cuts": cuts} if cuts else {"student_days": student_days, "holdout_days": holdout_days,
                                              "teacher_days": teacher_days}
     if not cuts and not by_days:
         protocol["evidence"] = asdict(proof)
     protocol["surfaces"] = sorted(surfaces or [])
-    source = {"data": tree_digest(data)} if data else {"simulator": sim_preset}
+    source = {"data": dataset.digest} if dataset else {"simulator": sim_preset}
     reuse = Reuse(ws / "ingest.json", {**source, **protocol})
     if (done := reuse.get()) and (ws / "clean").is_dir() and tree_digest(ws / "clean") == done["data_digest"]:
-        result = IngestResult(**done)
+        result = IngestResult(**{**done, "days": days})
         _show(result)
         return result
     if not data:
@@ -170,7 +185,8 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
         features={name: str(ws / "features" / name) for name in WINDOW_NAMES},
         summary=report.summary(), quarantined_fraction=report.quarantined_fraction,
         events=report.processed_rows.get("events", 0),
-        surfaces=planned, warnings=warnings, evidence=chosen.lines() if chosen is not None else {})
+        surfaces=planned, warnings=warnings, evidence=chosen.lines() if chosen is not None else {}, days=days,
+        late_data={**late.as_dict(), "teacher_days": teacher_days} if late else {})
     reuse.put(result.as_dict())
     _show(result)
     figure("events", result.events)

@@ -68,6 +68,13 @@ def test_both_pipelines_load_with_the_kfp_client(compiled):
         assert inputs["workspace"]["defaultValue"] == default_workspace(path)
         assert default_workspace(path) == ("/workspace/gem/refresh" if "refresh" in path.name else "/workspace/gem")
         assert loaded.name in ("gem-pipeline", "refresh-pipeline")
+        # the recurring refresh refuses late data by default (gem_app.refresh.committed); the
+        # full pipeline reads every day anyway
+        assert inputs["late_data"].get("defaultValue", "") == ("refuse" if "refresh" in path.name else "")
+        ingest = spec["root"]["dag"]["tasks"]["ingest"]["inputs"]["parameters"]
+        assert ingest["late_data"]["componentInputParameter"] == "late_data"
+        days = spec["root"]["dag"]["tasks"]["promote"]["inputs"]["parameters"]["data_days"]
+        assert days["taskOutputParameter"] == {"producerTask": "ingest", "outputParameterKey": "days"}
     assert "resolve-champion" in paths[1].read_text() and "resolve-champion" not in paths[0].read_text()
     scheduled = recurring_run_params(default_workspace(paths[1]))
     assert scheduled == {"workspace": "/workspace/gem/refresh", "data": "/workspace/gem/refresh/incoming"}

@@ -101,6 +101,19 @@ CASES: tuple[Case, ...] = (
     Case("unrecorded-vocabulary", 2, "a model saved before vocabulary digests was used unchecked",
          f"{_R}/test_rel_vocabularies.py::test_a_model_without_recorded_vocabularies_is_refused_unless_allowed",
          28, SILENT_WRONG),
+    Case("student-gate-vocabulary", 2, "the student gate scored a champion student of other vocabularies on the "
+         "run's holdout (students recorded none)",
+         f"{_R}/test_rel_vocabularies.py::test_a_student_records_its_vocabularies_and_refuses_another_window",
+         28, SILENT_WRONG),
+    Case("unrecorded-student-vocabulary", 2, "a student saved before vocabulary digests was used unchecked",
+         f"{_R}/test_rel_vocabularies.py::test_a_student_saved_without_vocabularies_is_refused_unless_allowed",
+         28, SILENT_WRONG),
+    Case("cluster-refresh-late-data", 3, "the recurring refresh pipeline (no state.json) read only its newest "
+         "days: a changed earlier day went unnoticed",
+         f"{_R}/test_rel_late_data.py::test_the_refresh_pipeline_refuses_or_backfills_days_changed_since_the_last_commit",
+         28, SILENT_LOSS),
+    Case("commit-records-days", 3, "nothing recorded which days a committed run read",
+         f"{_R}/test_rel_late_data.py::test_the_commit_records_the_days_the_run_read", 28, SILENT_LOSS),
     Case("refresh-late-events", 3, "late events added to an earlier day: 'no new days', rc 0",
          f"{_R}/test_rel_late_data.py::test_late_or_corrected_days_are_reported_and_refused_by_default"
          "[late-events]", 28, SILENT_LOSS),

@@ -181,3 +181,51 @@ def test_a_backfill_teacher_window_reaches_back_to_the_earliest_late_day(data, t
     assert backfill_teacher_days(view, days[-1], days[0]) == 2
     assert backfill_teacher_days(view, days[-1], days[-1]) == 1  # the holdout day itself: rebuilt anyway
     assert backfill_teacher_days(view, days[-1], days[0] - dt.timedelta(days=9)) == 2  # not before the data
+
+
+# -- the recurring refresh pipeline on a cluster: no state.json, the last commit's record --
+def _ingest(data, tmp_path, late_data):
+    from gem_app.stages.context import RunContext
+    from gem_app.stages.ingest import ingest
+
+    ctx = RunContext(pipeline_run_id="late", tracking_root=str(tmp_path / "store"))
+    ctx.configure()
+    return ingest(str(data), str(tmp_path / "ws"), "tiny", ctx, student_days=1, holdout_days=1, teacher_days=1,
+                  late_data=late_data)
+
+
+def test_the_refresh_pipeline_refuses_or_backfills_days_changed_since_the_last_commit(data, tmp_path):
+    """The compiled refresh pipeline (late_data=refuse by default) keeps no state.json:
+    its ingest compares the data with the days the last committed run recorded."""
+    from gem.data.contract import DatasetHandle
+    from gem_app.refresh.committed import committed_days, record_committed_days
+
+    assert not _ingest(data, tmp_path, "refuse").late_data  # nothing recorded yet: nothing late
+    record_committed_days(tmp_path / "store", data, DatasetHandle.open(data).day_digests())
+    assert not _ingest(data, tmp_path, "refuse").late_data  # as committed
+    days = _days(data)
+    assert _late_events(data, days[0]) > 0
+    with pytest.raises(LateDataRefused, match=f"changed {days[0].isoformat()}.*late_data=backfill"):
+        _ingest(data, tmp_path, "refuse")
+    result = _ingest(data, tmp_path, "backfill")
+    assert result.late_data["changed"] == [days[0].isoformat()]
+    # the teacher window reaches back to it: [days[0], the student window's first day)
+    assert result.late_data["teacher_days"] == (days[-2] - days[0]).days > 1
+    assert result.windows["start"][:10] == days[0].isoformat()
+    assert result.days == DatasetHandle.open(data).day_digests()
+    assert committed_days(tmp_path / "store", data)["days"][days[0].isoformat()] != result.days[days[0].isoformat()]
+
+
+def test_the_commit_records_the_days_the_run_read(data, tmp_path):
+    """promote (the run's commit) records them; a run that fails never reaches it."""
+    from gem.data.contract import DatasetHandle
+    from gem_app.refresh.committed import committed_days
+    from gem_app.stages.context import RunContext
+    from gem_app.stages.gate import promote
+
+    ctx = RunContext(pipeline_run_id="commit", tracking_root=str(tmp_path / "store"))
+    digests = DatasetHandle.open(data).day_digests()
+    assert len(digests) == len(_days(data))
+    promote({}, [], ctx, data=str(data), data_days=digests)
+    recorded = committed_days(tmp_path / "store", data)
+    assert recorded["days"] == digests and recorded["last_day"] == _days(data)[-1].isoformat()
