@@ -207,12 +207,28 @@ def scale_gaps(results: list[dict], replicates: int) -> dict:
     return out
 
 
-def sizes_curve(results: list[dict]) -> dict:
-    return {r["unit"]["point"]: {"flops_per_example": r.get("gem_flops_per_example"),
-                                 "auc": r["figs"]["gem"]["auc"], "auc_ci95": r["figs"]["gem"]["auc_ci95"],
-                                 "auc_by_seed": r["figs"]["gem"]["auc_by_seed"],
-                                 "examples_per_s": r["figs"]["gem"]["examples_per_s"]}
-            for r in results if "gem" in r["figs"]}
+def sizes_curve(results: list[dict], replicates: int = 500) -> dict:
+    """Per GEM size: FLOPs per example, AUC with its interval, and (from the second size
+    on) its AUC minus the smallest size's, paired over the same test rows and seeds."""
+    from students.stats import paired_difference, user_weights
+
+    out = {r["unit"]["point"]: {"flops_per_example": r.get("gem_flops_per_example"),
+                                "auc": r["figs"]["gem"]["auc"], "auc_ci95": r["figs"]["gem"]["auc_ci95"],
+                                "auc_by_seed": r["figs"]["gem"]["auc_by_seed"],
+                                "examples_per_s": r["figs"]["gem"]["examples_per_s"]}
+           for r in results if "gem" in r["figs"]}
+    sized = [r for r in results if "gem" in r.get("predictions", {})]
+    if len(sized) > 1:
+        base = sized[0]
+        weights = user_weights(base["users"], n=replicates, seed=0)
+        rows = np.arange(len(base["labels"]))
+        for r in sized[1:]:
+            assert np.array_equal(r["labels"], base["labels"]), "test rows differ"
+            small = base["predictions"]["gem"]
+            pairs = [(rows, base["labels"], p, small[i % len(small)]) for i, p in enumerate(r["predictions"]["gem"])]
+            out[r["unit"]["point"]][f"auc_minus_{base['unit']['point']}"] = paired_difference(pairs, weights,
+                                                                                               metric="auc")
+    return out
 
 
 # ---- the plot ----
@@ -335,7 +351,8 @@ def main(argv: list[str] | None = None) -> dict:
         scaling["simulator"] = scale_gaps(sorted(by["simulator"], key=lambda r: int(r["unit"]["point"][:-1])),
                                           args.replicates)
     if by["size"]:
-        scaling["size"] = sizes_curve(sorted(by["size"], key=lambda r: list(SIZES).index(r["unit"]["point"])))
+        scaling["size"] = sizes_curve(sorted(by["size"], key=lambda r: list(SIZES).index(r["unit"]["point"])),
+                                      args.replicates)
     scaling["total_seconds"] = time.perf_counter() - started
     scaling["machine"] = machine_info()
     scaling["written_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

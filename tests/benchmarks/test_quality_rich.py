@@ -159,6 +159,26 @@ def test_scaling_curve_measures_slopes_and_the_gap_to_the_simple_baselines():
     assert all(g["best_simple"] == "lr_ids" for g in gaps)
 
 
+def test_size_curve_pairs_every_size_with_the_smallest():
+    from benchmarks.quality.scaling import sizes_curve
+
+    rng = np.random.default_rng(1)
+    n = 4000
+    labels = (rng.random(n) < 0.5).astype(float)
+    users = rng.integers(0, 300, n)
+    results = []
+    for size, strength in (("tiny", 0.5), ("medium", 0.8), ("wide", 0.5)):
+        preds = {"gem": [labels * strength + rng.normal(size=n) for _ in range(2)]}
+        r = _result("1", 8000, preds, labels, users)
+        r["unit"]["point"] = size
+        r["figs"] = {"gem": {"auc": 0.7, "auc_ci95": [0.6, 0.8], "auc_by_seed": [0.7, 0.7], "examples_per_s": 1.0}}
+        results.append(r)
+    out = sizes_curve(results, replicates=200)
+    assert "auc_minus_tiny" not in out["tiny"]
+    assert out["medium"]["auc_minus_tiny"]["lo"] > 0 and out["medium"]["auc_minus_tiny"]["excludes_zero"]
+    assert out["wide"]["auc_minus_tiny"]["lo"] < 0 < out["wide"]["auc_minus_tiny"]["hi"]
+
+
 @pytest.mark.slow(minutes=0.5)
 def test_scaling_run_writes_the_curve_the_rich_protocol_and_a_plot(rich, tmp_path):
     from benchmarks.quality import scaling
