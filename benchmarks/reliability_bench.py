@@ -28,6 +28,10 @@ after the teacher's gate decided to promote it) and ``fail@gate-student_video:de
 passed by then).
 
     python -m benchmarks.reliability_bench [--points ingest:recorded,train:registered,...]
+    python -m benchmarks.reliability_bench --faults-from benchmarks/results/reliability.json
+
+(the second reruns the defect tests only, ~10 min, and keeps the fault points' cases of
+the earlier file, saying when they were recorded: ``faults_recorded_at``)
 
 Writes <results>/reliability.json: cases tried, passed, silent losses, and each case.
 """
@@ -189,34 +193,49 @@ def reliability_tests(out: Path) -> dict:
     return {"cases": cases, "tried": len(cases), "passed": sum(c["outcome"] == "passed" for c in cases)}
 
 
+def fault_cases(tmp: Path, points: list[str]) -> list[dict] | None:
+    """The reference run, then each fault point against it (None: the reference failed)."""
+    from gem.config import load_config
+    from gem.data.simulate import SimulatorConfig, simulate
+
+    data = tmp / "data"
+    simulate(load_config(SimulatorConfig, section="simulator", preset="tiny", overrides=["days=4"]), data,
+             progress=False)
+    reference_run = _pipeline(tmp / "reference", data)
+    if reference_run.returncode != 0:
+        print(reference_run.stderr[-3000:], file=sys.stderr)
+        return None
+    reference = snapshot(tmp / "reference")
+    if not all(m["aliases"].get("champion") for m in reference["registry"].values()):
+        print(f"the reference run did not promote every model: {reference['registry']}", file=sys.stderr)
+        return None
+    faults = []
+    for point in points:
+        faults.append(fault_case(tmp / point.replace(":", "_").replace("@", "_"), data, point, reference))
+        print(f"[reliability] {point}: {faults[-1]['outcome']}", flush=True)
+    return faults
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--points", default=",".join(POINTS), help="fault points (comma-separated)")
     parser.add_argument("--no-tests", action="store_true", help="skip the tests/reliability cases")
+    parser.add_argument("--faults-from", type=Path, default=None,
+                        help="rerun the defect tests only; the fault points' cases are those of this earlier "
+                             "reliability.json (its written_at is recorded as faults_recorded_at)")
     args = parser.parse_args(argv)
     points = [p for p in args.points.split(",") if p]
     started = time.perf_counter()
+    earlier = json.loads(args.faults_from.read_text()) if args.faults_from else None
     with tempfile.TemporaryDirectory(prefix="gem-reliability-") as tmp:
         tmp = Path(tmp)
         tests = {"cases": [], "tried": 0, "passed": 0} if args.no_tests else reliability_tests(tmp)
-        from gem.config import load_config
-        from gem.data.simulate import SimulatorConfig, simulate
-
-        data = tmp / "data"
-        simulate(load_config(SimulatorConfig, section="simulator", preset="tiny", overrides=["days=4"]), data,
-                 progress=False)
-        reference_run = _pipeline(tmp / "reference", data)
-        if reference_run.returncode != 0:
-            print(reference_run.stderr[-3000:], file=sys.stderr)
-            return 1
-        reference = snapshot(tmp / "reference")
-        if not all(m["aliases"].get("champion") for m in reference["registry"].values()):
-            print(f"the reference run did not promote every model: {reference['registry']}", file=sys.stderr)
-            return 1
-        faults = []
-        for point in points:
-            faults.append(fault_case(tmp / point.replace(":", "_").replace("@", "_"), data, point, reference))
-            print(f"[reliability] {point}: {faults[-1]['outcome']}", flush=True)
+        if earlier is not None:
+            faults = [c for c in earlier["cases"] if c["case"].startswith("fault:")]
+        else:
+            faults = fault_cases(tmp, points)
+            if faults is None:
+                return 1
     cases = tests["cases"] + faults
     figures = {"cases_tried": len(cases), "cases_passed": sum(c["outcome"] == "passed" for c in cases),
                "silent_losses": sum(c["outcome"] == "silent loss" for c in cases),
@@ -225,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                "unclear_errors": sum(c["outcome"] == "unclear error" for c in cases),
                "fault_points": len(faults), "fault_points_passed": sum(c["outcome"] == "passed" for c in faults),
                "defect_tests": tests["tried"], "defect_tests_passed": tests["passed"], "cases": cases,
-               "seconds": time.perf_counter() - started}
+               "seconds": time.perf_counter() - started,
+               **({"faults_recorded_at": earlier.get("written_at", "")} if earlier is not None else {})}
     path = write_result("reliability", figures, sizes={"pipeline": "tiny", "simulator_days": 4, "surfaces": SURFACES,
                                                        "gate_settings": BENCH_GATE})
     print_table(f"reliability ({path})", [(k, figures[k]) for k in (
