@@ -253,17 +253,18 @@ def plot(scaling: dict, path: Path, dataset: str) -> Path:
                    ylabel="test AUC")
         elif part == "simulator":
             s = scaling["simulator"]
-            rows = [s[k]["train_rows"] for k in s]
-            for m in next(iter(s.values()))["auc"]:
-                auc = [s[k]["auc"][m] for k in s]
-                lo, hi = np.array([s[k]["auc_ci95"][m] for k in s]).T
+            keys = sorted(s, key=lambda k: s[k]["train_rows"])  # a file read back has its keys sorted as text
+            rows = [s[k]["train_rows"] for k in keys]
+            for m in s[keys[0]]["auc"]:
+                auc = [s[k]["auc"][m] for k in keys]
+                lo, hi = np.array([s[k]["auc_ci95"][m] for k in keys]).T
                 ax.errorbar(rows, auc, yerr=[np.array(auc) - lo, hi - np.array(auc)], marker="o", capsize=3,
                             label=m, lw=2.5 if m == "gem" else 1)
             ax.set_xscale("log", base=2)
             ax.set(title="simulator at 1x / 4x / 16x users", xlabel="train rows", ylabel="test AUC")
         else:
             z = scaling["size"]
-            names = list(z)
+            names = sorted(z, key=lambda n: z[n]["flops_per_example"])
             flops = [z[n]["flops_per_example"] for n in names]
             auc = [z[n]["auc"] for n in names]
             lo, hi = np.array([z[n]["auc_ci95"] for n in names]).T
