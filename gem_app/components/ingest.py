@@ -11,15 +11,15 @@ def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_conf
            window_evidence: dict, late_data: str, clean_data: Output[Dataset], report: Output[Markdown]
            ) -> NamedTuple("Ingested", clean=str, clean_digest=str, start=str, teacher_end=str, student_end=str,
                            end=str, teacher_features=str, student_features=str, holdout_features=str, surfaces=list,
-                           days=dict):
+                           days=str):
     """Simulate a dataset when ``data`` is empty, validate it (bad rows quarantined),
     write the clean copy to the workspace and split the time windows (a window of 0 days:
     chosen by ``window_evidence``, gem.protocol.Evidence fields); ``surfaces``
     (asked for; empty: the data's) are checked here, before any other work, and the
     ``surfaces`` output lists those the student and holdout windows can train and rank.
     ``late_data`` (refuse | backfill; empty: not checked): the days since the last
-    committed run that changed or are new (gem_app.refresh.committed); ``days`` (each
-    day's content digest) goes to the commit. Cache key: the dataset's digest (or the
+    committed run that changed or are new (gem_app.stages.late_data); ``days``: the file
+    of each day's content digest, for the commit. Cache key: the dataset's digest (or the
     simulator config's), the protocol and the code version."""
     from collections import namedtuple
 

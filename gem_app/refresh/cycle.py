@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from gem.data.contract import DAY_PARTITION, EVENTS_DIR, ITEMS_FILE, USERS_FILE, Manifest
+from gem_app.stages.late_data import backfill_teacher_days  # noqa: F401 (re-exported)
 
 
 def _link(source: Path, link: Path) -> None:
@@ -51,16 +52,6 @@ def has_champion_teacher(tracking_root: Path) -> bool:
     tracking.configure(tracking_root, experiment=registry.EXPERIMENT)
     recover(Path(tracking_root) / ".runs")
     return registry.champion_version(registry.TEACHER_MODEL) is not None
-
-
-def backfill_teacher_days(view: Path, last_day: dt.date, earliest: dt.date, student_days: int = 1,
-                          holdout_days: int = 1) -> int:
-    """Days of continued pretraining that reach back to ``earliest`` (the earliest late
-    or corrected day): the refresh teacher window [earliest, teacher end), at least the
-    usual 1 day, at most the view's days before the teacher end."""
-    teacher_end = last_day - dt.timedelta(days=student_days + holdout_days - 1)
-    before = [d for d in Manifest.read(view).days() if d < teacher_end]
-    return max(1, min((teacher_end - earliest).days, len(before)))
 
 
 def run_cycle(days: list[dt.date], *, data: Path, workspace: Path, params: dict,

@@ -25,7 +25,7 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -33,11 +33,11 @@ from gem.data.contract import DAY_PARTITION, EVENTS_DIR, day_dir
 from gem.errors import UserError
 from gem.utils.atomic import write_json
 from gem_app.locks import Busy, exclusive
+from gem_app.stages.late_data import LATE_DATA_POLICIES, LateData, LateDataRefused, find_late_data  # noqa: F401 (re-exported: the refresh's names)
 
 log = logging.getLogger(__name__)
 
 CATCH_UP_POLICIES = ("each", "batch")
-LATE_DATA_POLICIES = ("refuse", "backfill")
 _INTERVAL = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -71,53 +71,11 @@ class RefreshConfig:
         return self
 
 
-class LateDataRefused(UserError, RuntimeError):
-    """Late or corrected days under ``late_data=refuse``."""
-
-
-@dataclass
-class LateData:
-    """Days up to the last processed one that are not as the refresh saw them."""
-
-    changed: list[str] = field(default_factory=list)  # content differs from the processed day's
-    added: list[str] = field(default_factory=list)  # not there when processed (late, or older than the first)
-    removed: list[str] = field(default_factory=list)  # processed, now gone (reported, not late data)
-
-    def __bool__(self) -> bool:
-        return bool(self.changed or self.added)
-
-    @property
-    def days(self) -> list[str]:
-        return sorted({*self.changed, *self.added})
-
-    def describe(self) -> str:
-        parts = [f"{what} {', '.join(days)}" for what, days in (("changed", self.changed), ("new", self.added)) if days]
-        return "late or corrected data at or before the last processed day: " + "; ".join(parts)
-
-    def as_dict(self) -> dict:
-        return {"changed": self.changed, "added": self.added}
-
-
 def day_digests(data: Path, days: list[dt.date]) -> dict[str, str]:
     """Each day partition's content digest (its files' names and bytes)."""
     from gem.utils.digest import tree_digest
 
     return {d.isoformat(): tree_digest(day_dir(Path(data), d)) for d in days}
-
-
-def find_late_data(state: dict, digests: dict[str, str]) -> LateData:
-    """What differs, up to the state's last day, between the recorded digests and now."""
-    if "last_day" not in state:
-        return LateData()
-    last, seen = state["last_day"], state.get("days", {})
-    late = LateData()
-    for day, digest in sorted(digests.items()):
-        if day <= last and day not in seen:
-            late.added.append(day)
-        elif day in seen and seen[day] != digest:
-            late.changed.append(day)
-    late.removed = sorted(d for d in seen if d not in digests)
-    return late
 
 
 def parse_interval(text: str) -> float:

@@ -35,10 +35,10 @@ from gem_app.promotion import (
     holdout_figures,
 )
 from gem_app.stages.context import RunContext, StageResult, fault_point, log_model_input, tracked, without_nulls
+from gem_app.stages.late_data import COMMIT_DIR
 
 TAG_MODEL = "gem.model"
 TAG_MODEL_VERSION = "gem.model_version"
-COMMIT_DIR = ".runs"  # under the tracking root: the promotion journal and its lock
 
 
 EVIDENCE = ("examples", "positives", "negatives")
@@ -247,13 +247,14 @@ class PromoteResult(StageResult):
 
 
 def promote(teacher_gate: dict, gated: list[dict], ctx: RunContext, *, data: str = "",
-            data_days: dict | None = None) -> PromoteResult:
+            data_days: str = "") -> PromoteResult:
     """Apply every decision of the run at once (promotion.commit): the champions move
     only now, after every step of the run has succeeded. Then ``data``'s days as the run
-    read them are recorded (gem_app.refresh.committed: the next run's late-data check)."""
+    read them (``data_days``: ingest's file) are recorded (gem_app.stages.late_data: the next
+    run's late-data check)."""
     import mlflow
 
-    from gem_app.refresh.committed import record_committed_days
+    from gem_app.stages.late_data import read_days, record_committed_days
 
     ctx.configure()
     decisions = ([decision_from_dict(teacher_gate)] if teacher_gate else []) + [
@@ -261,7 +262,7 @@ def promote(teacher_gate: dict, gated: list[dict], ctx: RunContext, *, data: str
     final = commit(decisions, Path(ctx.tracking_root) / COMMIT_DIR, pipeline_run_id=ctx.pipeline_run_id,
                    fault=lambda: fault_point("promote:mid"))
     if data and data_days:
-        record_committed_days(ctx.tracking_root, data, data_days)
+        record_committed_days(ctx.tracking_root, data, read_days(data_days))
     applied = {d.model_name: d for d in final}
     lines = [d.summary() for d in final]
     if ctx.parent_run_id:

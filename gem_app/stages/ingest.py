@@ -53,7 +53,7 @@ class IngestResult(StageResult):
     surfaces: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     evidence: dict[str, str] = field(default_factory=dict)  # windows chosen by evidence: span and sizes
-    days: dict[str, str] = field(default_factory=dict)  # the given dataset's day -> digest (the commit records it)
+    days: str = ""  # the file of the given dataset's day digests (late_data.write_days): the commit records them
     late_data: dict = field(default_factory=dict)  # late or corrected days found and backfilled (late_data=backfill)
 
 
@@ -116,10 +116,10 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
     ``student_days`` / ``holdout_days`` > 0 days is that many last days, and one of 0 is
     chosen by ``evidence`` (gem.protocol.Evidence fields; defaults where absent).
     ``late_data`` (refuse | backfill; empty: not checked) compares the dataset's days
-    with those the last committed run recorded (gem_app.refresh.committed) first."""
+    with those the last committed run recorded (gem_app.stages.late_data) first."""
     from gem.data.contract import DatasetHandle
     from gem.data.profile import profile_dataset
-    from gem_app.refresh.committed import late_data_plan
+    from gem_app.stages.late_data import late_data_plan, write_days
 
     if data and surfaces:
         check_surfaces(data, surfaces)
@@ -144,7 +144,7 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
     source = {"data": dataset.digest} if dataset else {"simulator": sim_preset}
     reuse = Reuse(ws / "ingest.json", {**source, **protocol})
     if (done := reuse.get()) and (ws / "clean").is_dir() and tree_digest(ws / "clean") == done["data_digest"]:
-        result = IngestResult(**{**done, "days": days})
+        result = IngestResult(**{**done, "days": write_days(ws, days)})
         _show(result)
         return result
     if not data:
@@ -185,7 +185,8 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
         features={name: str(ws / "features" / name) for name in WINDOW_NAMES},
         summary=report.summary(), quarantined_fraction=report.quarantined_fraction,
         events=report.processed_rows.get("events", 0),
-        surfaces=planned, warnings=warnings, evidence=chosen.lines() if chosen is not None else {}, days=days,
+        surfaces=planned, warnings=warnings, evidence=chosen.lines() if chosen is not None else {},
+        days=write_days(ws, days),
         late_data={**late.as_dict(), "teacher_days": teacher_days} if late else {})
     reuse.put(result.as_dict())
     _show(result)

@@ -68,7 +68,7 @@ def test_both_pipelines_load_with_the_kfp_client(compiled):
         assert inputs["workspace"]["defaultValue"] == default_workspace(path)
         assert default_workspace(path) == ("/workspace/gem/refresh" if "refresh" in path.name else "/workspace/gem")
         assert loaded.name in ("gem-pipeline", "refresh-pipeline")
-        # the recurring refresh refuses late data by default (gem_app.refresh.committed); the
+        # the recurring refresh refuses late data by default (gem_app.stages.late_data); the
         # full pipeline reads every day anyway
         assert inputs["late_data"].get("defaultValue", "") == ("refuse" if "refresh" in path.name else "")
         ingest = spec["root"]["dag"]["tasks"]["ingest"]["inputs"]["parameters"]

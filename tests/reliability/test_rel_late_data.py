@@ -198,7 +198,7 @@ def test_the_refresh_pipeline_refuses_or_backfills_days_changed_since_the_last_c
     """The compiled refresh pipeline (late_data=refuse by default) keeps no state.json:
     its ingest compares the data with the days the last committed run recorded."""
     from gem.data.contract import DatasetHandle
-    from gem_app.refresh.committed import committed_days, record_committed_days
+    from gem_app.stages.late_data import committed_days, read_days, record_committed_days
 
     assert not _ingest(data, tmp_path, "refuse").late_data  # nothing recorded yet: nothing late
     record_committed_days(tmp_path / "store", data, DatasetHandle.open(data).day_digests())
@@ -212,20 +212,21 @@ def test_the_refresh_pipeline_refuses_or_backfills_days_changed_since_the_last_c
     # the teacher window reaches back to it: [days[0], the student window's first day)
     assert result.late_data["teacher_days"] == (days[-2] - days[0]).days > 1
     assert result.windows["start"][:10] == days[0].isoformat()
-    assert result.days == DatasetHandle.open(data).day_digests()
-    assert committed_days(tmp_path / "store", data)["days"][days[0].isoformat()] != result.days[days[0].isoformat()]
+    assert read_days(result.days) == DatasetHandle.open(data).day_digests()  # the file the commit reads
+    assert committed_days(tmp_path / "store", data)["days"][days[0].isoformat()] != read_days(result.days)[
+        days[0].isoformat()]
 
 
 def test_the_commit_records_the_days_the_run_read(data, tmp_path):
     """promote (the run's commit) records them; a run that fails never reaches it."""
     from gem.data.contract import DatasetHandle
-    from gem_app.refresh.committed import committed_days
     from gem_app.stages.context import RunContext
     from gem_app.stages.gate import promote
+    from gem_app.stages.late_data import committed_days, write_days
 
     ctx = RunContext(pipeline_run_id="commit", tracking_root=str(tmp_path / "store"))
     digests = DatasetHandle.open(data).day_digests()
     assert len(digests) == len(_days(data))
-    promote({}, [], ctx, data=str(data), data_days=digests)
+    promote({}, [], ctx, data=str(data), data_days=write_days(tmp_path / "ws", digests))
     recorded = committed_days(tmp_path / "store", data)
     assert recorded["days"] == digests and recorded["last_day"] == _days(data)[-1].isoformat()
