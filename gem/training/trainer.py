@@ -9,6 +9,7 @@ checkpoint, evaluate), export.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -266,6 +267,11 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     mark = time.perf_counter()
     ckpt = Checkpointer(out / "checkpoints", env.rank, env.world_size, cfg.keep_checkpoints)
     saved = ckpt.load() if resume else None
+    if saved is not None and not resumable(saved, os.environ.get("MLFLOW_RUN_ID", "")):
+        log.info("the checkpoints in %s belong to MLflow run %s, not to this run %s (its inputs, settings or code "
+                 "changed): training anew", out / "checkpoints", saved["progress"]["run_id"],
+                 os.environ["MLFLOW_RUN_ID"])
+        saved = None
     # The tracking worker process opens the store and the run while the model is built.
     run_id = (saved["progress"]["run_id"] or None) if saved else None
     tracker = Tracker(env.is_main, cfg.tracking_uri or f"sqlite:///{(out / 'mlflow.db').resolve()}",
@@ -427,6 +433,15 @@ def _save(ckpt: Checkpointer, dmp, dense_opt, scheduler, loader, step: int, epoc
         # finished: no step is left (resuming then does none, whatever the loader's position)
         "progress": {"step": step, "epoch": epoch, "run_id": run_id or "", "finished": finished},
     })
+
+
+def resumable(saved: dict, wanted_run_id: str) -> bool:
+    """Whether a checkpoint may be resumed by the run ``wanted_run_id`` (MLFLOW_RUN_ID,
+    set by the pipeline's train stage; empty: any). A checkpoint of another run belongs to
+    other inputs, settings or code: resuming it would hand back that run's weights (all of
+    them when it had finished) under a run that never logs a model."""
+    owner = saved.get("progress", {}).get("run_id") or ""
+    return not (wanted_run_id and owner and owner != wanted_run_id)
 
 
 def _log_outputs(tracker: Tracker, cfg: TrainConfig, out: Path, spec: FeatureSpec,

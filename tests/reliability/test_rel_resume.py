@@ -73,3 +73,15 @@ def test_killed_after_any_checkpoint_then_resumed_matches_uninterrupted(finished
         resumed = train(str(tiny_features), run, cfg, model_cfg, resume=True)
         assert resumed.steps == result.steps, f"killed at {killed_at}"
         _same(_weights(out), _weights(run), f"killed at step {killed_at}")
+
+
+def test_a_checkpoint_of_another_mlflow_run_is_not_resumed():
+    """The train stage starts a new MLflow run when its inputs, settings or code change
+    (MLFLOW_RUN_ID); resuming the old run's finished checkpoint did no step, logged the
+    model to the old run and failed with "finished without logging its model"."""
+    from gem.training.trainer import resumable
+
+    saved = {"progress": {"run_id": "old", "finished": True}}
+    assert resumable(saved, "old") and resumable(saved, "")  # the same run, or no run asked for
+    assert not resumable(saved, "new")
+    assert resumable({"progress": {"run_id": ""}}, "new")  # a checkpoint written without tracking
