@@ -85,3 +85,23 @@ def test_a_checkpoint_of_another_mlflow_run_is_not_resumed():
     assert resumable(saved, "old") and resumable(saved, "")  # the same run, or no run asked for
     assert not resumable(saved, "new")
     assert resumable({"progress": {"run_id": ""}}, "new")  # a checkpoint written without tracking
+
+
+def test_a_new_mlflow_run_trains_anew_over_a_finished_run_of_another(finished_run, tiny_features, tmp_path,
+                                                                      monkeypatch):
+    """The trainer itself: a finished run's folder, and the train stage's new run in
+    MLFLOW_RUN_ID. Before, it resumed the old run (no step) under the old run's id."""
+    from mlflow import MlflowClient
+
+    from gem.training.trainer import train
+
+    out, result, cfg, model_cfg = finished_run
+    copy = tmp_path / "new-run"
+    shutil.copytree(out, copy)
+    client = MlflowClient(tracking_uri=f"sqlite:///{(copy / 'mlflow.db').resolve()}")
+    experiment = client.get_experiment_by_name(cfg.experiment).experiment_id
+    new_run = client.create_run(experiment, run_name="train").info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", new_run)
+    again = train(str(tiny_features), copy, cfg, model_cfg, resume=True)
+    assert again.run_id == new_run != result.run_id
+    assert again.steps == result.steps and client.get_run(new_run).data.metrics  # trained and logged anew
