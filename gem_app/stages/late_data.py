@@ -25,6 +25,10 @@ from gem.errors import UserError
 from gem.utils.atomic import write_json
 
 LATE_DATA_POLICIES = ("refuse", "backfill")
+COMMIT_DIR = ".runs"  # under the tracking root: the promotion journal, its lock and the committed days
+RECORD = "data_days.json"  # in COMMIT_DIR: each dataset's days as its last committed run read them
+KEEP_DATASETS = 20  # the record keeps the newest datasets' entries (a local refresh reads a new view each cycle)
+DAYS_FILE = "data_days.json"  # in the workspace: the days ingest read, for the commit
 
 
 class LateDataRefused(UserError, RuntimeError):
@@ -79,12 +83,6 @@ def backfill_teacher_days(view: Path, last_day: dt.date, earliest: dt.date, stud
     return max(1, min((teacher_end - earliest).days, len(before)))
 
 
-RECORD = "data_days.json"
-KEEP_DATASETS = 20  # the record keeps the newest datasets' entries (a local refresh reads a new view each cycle)
-
-
-COMMIT_DIR = ".runs"  # under the tracking root: the promotion journal, its lock and this record
-DAYS_FILE = "data_days.json"  # in the workspace: the days ingest read, for the commit
 
 
 def _path(tracking_root: str | Path) -> Path:
