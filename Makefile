@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 FBGEMM ?= fbgemm-gpu-cpu
 STAMP := $(VENV)/.installed-$(FBGEMM)
 DATA ?=
+# the pipeline's preset (tiny / small / ...): empty runs its default (small)
+PRESET ?=
 OUT ?= runs/main
 PYTEST_ARGS ?=
 # pytest-xdist processes (auto: one per core); 0 runs the suite in this process
@@ -29,8 +31,8 @@ $(STAMP): requirements.lock pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-run: install  ## the main job: gem_pipeline on kfp.local, on simulator data (or DATA=path)
-	@$(BIN)/python -m gem pipeline run --workspace $(OUT) $(if $(DATA),--data $(DATA),)
+run: install  ## the main job: gem_pipeline on kfp.local, on simulator data (or DATA=path, PRESET=tiny)
+	@$(BIN)/python -m gem pipeline run --workspace $(OUT) $(if $(DATA),--data $(DATA),) $(if $(PRESET),--preset $(PRESET),)
 
 compile: install  ## compile gem_pipeline and refresh_pipeline to IR YAML (pipelines/compiled/)
 	$(BIN)/python -m gem pipeline compile --out pipelines/compiled
