@@ -303,7 +303,7 @@ def _paired(h: Holdout, reference: np.ndarray, cfg: GateConfig, weights: np.ndar
              + ("" if ok_auc else f", lower end not > {cfg.min_auc_gain:g}")]
     if not ok_ne:
         words.append(f"NE lift {ne['mean']:+.4f} [{ne['lo']:+.4f}, {ne['hi']:+.4f}], upper end not >= "
-                     f"{-cfg.max_ne_increase:g}")
+                     f"{-cfg.max_ne_increase + 0.0:g}")  # + 0.0: no "-0"
     return bool(ok_auc and ok_ne), figures, "; ".join(words)
 
 

@@ -84,6 +84,7 @@ def test_floors_refuse_what_issue_27_saw_promoted():
                                    has_champion=False)
     assert not refused and v.outcome == KEEP and "beats no_teacher" not in v.reason
     assert "calibration" in v.reason and "outside [0.5, 1.5]" in v.reason
+    assert "upper end not >= 0" in v.reason  # the NE bound reads 0 for max_ne_increase 0 (was "-0")
     assert compare_paired({"feed": Holdout(y, users, p, no_teacher)}, GateConfig(bootstrap=200),
                           has_champion=False)[0]
     # predictions that are not probabilities: above 1, negative, NaN
