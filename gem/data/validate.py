@@ -191,13 +191,13 @@ def validate_dataset(path: str | Path | DatasetHandle, *, report_dir: str | Path
 
     files = event_files(root)
     report.files = len(files)
-    duplicate = _duplicate_event_ids(files, root)
+    repeats = _duplicate_event_ids(files, root, DUPLICATE_CHECK_IDS)
     offset = 0
     for file in files:
         raw = _read(file, root, EVENTS_SCHEMA)
         n = raw.num_rows
         events, row_reason = _check_events(raw, file, root, manifest, user_ids, item_index,
-                                           duplicate[offset: offset + n])
+                                           _rows_among(repeats, offset, n))
         offset += n
         bad = np.flatnonzero(row_reason != "")
         quarantine.add("events", str(file.relative_to(root)), raw, bad, row_reason[bad].tolist())
@@ -333,9 +333,32 @@ def _with_extras(good: pa.Table, raw: pa.Table, extras: list[str], keep: pa.Arra
     return good
 
 
-def _duplicate_event_ids(files: list[Path], root: Path) -> np.ndarray:
-    """First pass over the event_id column only: mark every later repeat of an id."""
-    ids, valid = [], []
+# ids the duplicate check holds at once (~30 bytes each: key, position, sort order): a
+# log with more is checked in that many hash partitions, one read of event_id each
+DUPLICATE_CHECK_IDS = int(os.environ.get("GEM_DUPLICATE_CHECK_IDS", 25_000_000))
+
+
+def _duplicate_event_ids(files: list[Path], root: Path, max_ids: int) -> np.ndarray:
+    """The positions (in canonical order over all event files) of every later repeat of an
+    event_id, sorted. Memory follows ``max_ids`` and the repeats, not the log: a larger log
+    is checked one hash partition of its ids at a time (a repeat always falls in its first
+    occurrence's partition)."""
+    total = sum(_num_rows(f, root) for f in files)
+    partitions = max(1, -(-total // max(max_ids, 1)))
+    repeats = [_repeats_in_partition(files, root, p, partitions) for p in range(partitions)]
+    return np.sort(np.concatenate(repeats)) if repeats else np.zeros(0, np.int64)
+
+
+def _num_rows(file: Path, root: Path) -> int:
+    try:
+        return pq.ParquetFile(file).metadata.num_rows
+    except (pa.ArrowInvalid, OSError) as exc:
+        _read(file, root, EVENTS_SCHEMA)  # raises the precise ContractError
+        raise ContractError(f"{file.relative_to(root)}: not a readable Parquet file ({exc})") from exc
+
+
+def _repeats_in_partition(files: list[Path], root: Path, part: int, partitions: int) -> np.ndarray:
+    keys, positions, offset = [], [], 0
     for file in files:
         name = str(file.relative_to(root))
         try:
@@ -345,11 +368,27 @@ def _duplicate_event_ids(files: list[Path], root: Path) -> np.ndarray:
             raise ContractError(f"{name}: cannot read column 'event_id' ({exc})") from exc
         values, bad = coerce(column, pa.int64(), file=name, column="event_id")
         ok = ~bad & ~_null_mask(values)
-        ids.append(np.where(ok, pc.fill_null(values, 0).to_numpy(), 0))
-        valid.append(ok)
-    if not ids:
-        return np.zeros(0, bool)
-    return _later_duplicates(np.concatenate(ids), np.concatenate(valid))
+        ids = pc.fill_null(values, 0).to_numpy()
+        if partitions > 1:  # Fibonacci hashing: sequential or strided ids spread evenly
+            ok &= (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) >> np.uint64(40)) % partitions == part
+        rows = np.flatnonzero(ok)
+        keys.append(ids[rows])
+        positions.append(rows + offset)
+        offset += len(ids)
+    if not keys:
+        return np.zeros(0, np.int64)
+    keys, positions = np.concatenate(keys), np.concatenate(positions)
+    order = np.argsort(keys, kind="stable")  # positions ascend, so each id's first row sorts first
+    sorted_keys = keys[order]
+    return positions[order[1:][sorted_keys[1:] == sorted_keys[:-1]]]
+
+
+def _rows_among(sorted_positions: np.ndarray, offset: int, n: int) -> np.ndarray:
+    """A mask of a file's ``n`` rows (from ``offset`` in canonical order) that are listed."""
+    lo, hi = np.searchsorted(sorted_positions, [offset, offset + n])
+    mask = np.zeros(n, bool)
+    mask[sorted_positions[lo:hi] - offset] = True
+    return mask
 
 
 def _later_duplicates(keys: np.ndarray, valid: np.ndarray) -> np.ndarray:

@@ -93,6 +93,27 @@ def test_duplicate_event_id_keeps_first_occurrence(tiny_dataset, tmp_path):
     assert report.reconciles
 
 
+def test_duplicate_check_in_hash_partitions_quarantines_the_same_rows(tiny_dataset, tmp_path, monkeypatch):
+    # the check holds at most DUPLICATE_CHECK_IDS ids at once (issue 30: it held the whole
+    # log's, 7.6 GB at 100M events); many partitions must keep exactly the same rows
+    import gem.data.validate as validate
+
+    root = _copy(tiny_dataset, tmp_path)
+    files = sorted((root / "events").glob("day=*/*.parquet"))
+    ids = [pq.read_table(f).column("event_id")[i].as_py() for f in (files[0], files[-1]) for i in (0, 3)]
+    _add_rows(root, [_good_row(root, i) for i in ids + ids[:2]], name="zz-dups")
+    report_dirs = {}
+    for cap in (validate.DUPLICATE_CHECK_IDS, 7):
+        monkeypatch.setattr(validate, "DUPLICATE_CHECK_IDS", cap)
+        report_dirs[cap] = tmp_path / f"report-{cap}"
+        report = validate_dataset(root, report_dir=report_dirs[cap])
+        assert report.reasons == {"events.duplicate_event_id": 6} and report.reconciles
+    quarantined = [pq.read_table(d / "quarantine.parquet").to_pylist() for d in report_dirs.values()]
+    assert quarantined[0] == quarantined[1]
+    total = sum(pq.ParquetFile(f).metadata.num_rows for f in (root / "events").glob("day=*/*.parquet"))
+    assert -(-total // 7) > 10  # the small cap did split the check
+
+
 def test_row_level_wrong_type_in_a_string_column(tiny_dataset, tmp_path):
     root = _copy(tiny_dataset, tmp_path)
     row_ok, row_bad = _good_row(root, 10**15), _good_row(root, 10**15 + 1)
