@@ -74,6 +74,18 @@ def test_the_failing_step_prints_its_last_lines_on_stderr(tmp_path, monkeypatch)
     assert "click=2 in row 7" in (tmp_path / "logs" / "001-ingest.log").read_text()
 
 
+def test_a_running_step_s_log_is_readable_line_by_line(tmp_path):
+    # `tail -f logs/NNN-train.log` follows a long step: each line reaches the file as it is
+    # written, not when a buffer fills (a 55-minute training step showed nothing for 15)
+    from rich.console import Console
+
+    with PipelineConsole(tmp_path, console=Console(file=io.StringIO())) as console:
+        console.write("12:00:00 - INFO - Executing task 'train'\n")
+        console.write("step 5 epoch 0 loss 0.69\n")
+        assert "step 5 epoch 0" in (tmp_path / "logs" / "001-train.log").read_text()
+        console.write("12:00:01 - INFO - Task 'train' finished with status SUCCESS\n")
+
+
 def test_run_ids_are_unique_within_a_second():
     ids = {new_run_id() for _ in range(200)}
     assert len(ids) == 200
