@@ -214,7 +214,11 @@ start = time.perf_counter()
 chain()
 print(time.perf_counter() - start)
 """
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    script = tmp / "noop_pipeline.py"  # a file: kfp reads a component's source with inspect
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"the no-op pipeline failed ({out.returncode}): {out.stderr[-2000:]}")
     return round(float(out.stdout.strip().splitlines()[-1]) / NOOP_TASKS, 2)
 
 
@@ -359,6 +363,34 @@ def features_section(root: Path, names: list[str], tmp: Path, workers: int) -> d
 
 # -- the run ----------------------------------------------------------------------------
 
+SIZES = {
+    "pipeline": "python -m gem pipeline run " + " ".join(PIPELINE_ARGS) + " on the simulator presets "
+                + ", ".join(f"x{s}: {p}" for s, p in SCALES.items())
+                + " (users scaled; items 4,000, 8 days, windows, model and student presets fixed)",
+    "features": "gem.features.build at features preset default (max_seq_len 1,024) on "
+                + ", ".join(f"{n}: {p}" for n, p in FEATURES_EVENTS.items()),
+    "load_note": "2-core machine shared with other jobs: each section records the 1-minute load average "
+                 "before and after; > 2 means contention"}
+
+
+def pipeline_figures(runs: dict[int, dict]) -> dict:
+    """The runs so far, and with two or more their growth and the goals."""
+    runs = dict(sorted(runs.items()))
+    pipeline: dict = {"runs": {f"x{s}": r for s, r in runs.items()}}
+    if len(runs) > 1:
+        pipeline["growth"] = growth(runs)
+        largest = runs[max(runs)]["pipeline"]["stages"]
+        worst = max(largest.items(), key=lambda kv: kv[1]["peak_rss_mb"])
+        pipeline["goals"] = {
+            "every_stage_slope_at_most_1_15": all(g.get("meets_slope_goal", True)
+                                                  for g in pipeline["growth"].values()),
+            "largest_task_peak_rss_gb_at_largest_scale": round(worst[1]["peak_rss_mb"] / 1024, 2),
+            "largest_task_at_largest_scale": worst[0],
+            "task_peak_rss_under_8gb": worst[1]["peak_rss_mb"] / 1024 < TASK_RSS_GOAL_GB}
+    return pipeline
+
+
+
 def previous() -> dict:
     path = results_dir() / "scale.json"
     return json.loads(path.read_text()) if path.is_file() else {}
@@ -388,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown scale(s) or size(s) {unknown}: scales {sorted(SCALES)}, sizes {sorted(FEATURES_EVENTS)}")
     figures = {k: v for k, v in previous().items() if k not in ("machine", "sizes", "written_at")}
     started = time.perf_counter()
+
+    def save() -> Path:  # after every part: a later part's failure keeps what was measured
+        figures["bench_wall_s"] = round(time.perf_counter() - started, 1)
+        return write_result("scale", figures, sizes=SIZES)
+
     tmp = Path(tempfile.mkdtemp(prefix="scale-bench-", dir=root))
     try:
         if scales:
@@ -401,27 +438,18 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(tmp / f"ws-x{scale}", ignore_errors=True)
                 print_table(f"scale x{scale}: {runs[scale]['events']:,} events, {runs[scale]['pipeline']['wall_s']} s",
                             [(k, v["wall_s"]) for k, v in runs[scale]["pipeline"]["stages"].items()])
-            runs = dict(sorted(runs.items()))
-            pipeline = {"runs": {f"x{s}": r for s, r in runs.items()}}
-            if len(runs) > 1:
-                pipeline["growth"] = growth(runs)
-                largest = runs[max(runs)]["pipeline"]["stages"]
-                worst = max(largest.items(), key=lambda kv: kv[1]["peak_rss_mb"])
-                pipeline["goals"] = {
-                    "every_stage_slope_at_most_1_15": all(g.get("meets_slope_goal", True)
-                                                          for g in pipeline["growth"].values()),
-                    "largest_task_peak_rss_gb_at_largest_scale": round(worst[1]["peak_rss_mb"] / 1024, 2),
-                    "largest_task_at_largest_scale": worst[0],
-                    "task_peak_rss_under_8gb": worst[1]["peak_rss_mb"] / 1024 < TASK_RSS_GOAL_GB}
-            figures["pipeline"] = pipeline
+                figures["pipeline"] = pipeline_figures(runs)
+                save()
         if not args.no_floor:
             smallest = None
             if figures.get("pipeline", {}).get("growth") and "x1" in figures["pipeline"]["runs"]:
                 smallest = {**figures["pipeline"]["runs"]["x1"], "growth": figures["pipeline"]["growth"]}
             figures["floor"] = floor(tmp, smallest)
+            save()
         names = [n for n in args.features_events.split(",") if n]
         if names:
             figures["features"] = features_section(root, names, tmp, args.features_workers)
+            save()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if args.drop_data:
@@ -429,15 +457,7 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(path, ignore_errors=True)
             for path in root.glob(".sim-*.built.json"):
                 path.unlink()
-    figures["bench_wall_s"] = round(time.perf_counter() - started, 1)
-    path = write_result("scale", figures, sizes={
-        "pipeline": "python -m gem pipeline run " + " ".join(PIPELINE_ARGS) + " on the simulator presets "
-                    + ", ".join(f"x{s}: {p}" for s, p in SCALES.items())
-                    + " (users scaled; items 4,000, 8 days, windows, model and student presets fixed)",
-        "features": "gem.features.build at features preset default (max_seq_len 1,024) on "
-                    + ", ".join(f"{n}: {p}" for n, p in FEATURES_EVENTS.items()),
-        "load_note": "2-core machine shared with other jobs: each section records the 1-minute load average "
-                     "before and after; > 2 means contention"})
+    path = save()
     print(f"wrote {path}")
     return 0
 
