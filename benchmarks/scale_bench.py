@@ -390,7 +390,6 @@ def pipeline_figures(runs: dict[int, dict]) -> dict:
     return pipeline
 
 
-
 def previous() -> dict:
     path = results_dir() / "scale.json"
     return json.loads(path.read_text()) if path.is_file() else {}
