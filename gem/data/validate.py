@@ -345,8 +345,7 @@ def _duplicate_event_ids(files: list[Path], root: Path, max_ids: int) -> np.ndar
     occurrence's partition)."""
     total = sum(_num_rows(f, root) for f in files)
     partitions = max(1, -(-total // max(max_ids, 1)))
-    repeats = [_repeats_in_partition(files, root, p, partitions) for p in range(partitions)]
-    return np.sort(np.concatenate(repeats)) if repeats else np.zeros(0, np.int64)
+    return np.sort(np.concatenate([_repeats_in_partition(files, root, p, partitions) for p in range(partitions)]))
 
 
 def _num_rows(file: Path, root: Path) -> int:
