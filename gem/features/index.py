@@ -6,9 +6,10 @@ events before it, and each example's tie offset, full history length and unknown
 sequence items. What each shard needs of it is written per period,
 
     _work/index/bucket=B/part=P.parquet   one row per stored event of period P, in
-        (user, time, event id) order: event_id, the before-counts (nonzero on the row
-        that starts its user's stored run), and on the period's examples ties,
-        history_len, seq_unknown
+        (user, time, event id) order: event_id, its row among the shard's staged rows
+        in that order (``row``: the shard takes its events by position, not by a
+        lookup of their ids), the before-counts (nonzero on the row that starts its
+        user's stored run), and on the period's examples ties, history_len, seq_unknown
     _work/index/bucket=B/base.parquet     the stored events from before the first
         period, every staged column (they go to the first shard's segment)
 
@@ -98,14 +99,15 @@ def index_bucket(plan: BuildPlan, bucket: int) -> int:
     rows = np.arange(n, dtype=np.int64)
     stored = np.flatnonzero(index.stored(rows)) if n else rows
     per_row = _per_row(index, plan.max_seq_len)
+    row = _shard_rows(plan, h["event_time"], index.stored(rows) if n else np.zeros(0, dtype=bool))
     # the first shard's segment also holds the stored events from before its period
     part = np.maximum(plan.part_of(h["event_time"][stored]), 0)
     order = np.argsort(part, kind="stable")  # rows of a part keep their (user, time, id) order
     bounds = np.searchsorted(part[order], np.arange(len(plan.example_days) + 1))
     for p in range(len(plan.example_days)):
         seg = stored[order[bounds[p]:bounds[p + 1]]]
-        write_parquet_atomic(pa.table({"event_id": h["event_id"][seg], **{k: v[seg] for k, v in per_row.items()}}),
-                             plan.index_file(bucket, p))
+        write_parquet_atomic(pa.table({"event_id": h["event_id"][seg], "row": row[seg],
+                                       **{k: v[seg] for k, v in per_row.items()}}), plan.index_file(bucket, p))
     base_ids = h["event_id"][stored[plan.part_of(h["event_time"][stored]) < 0]]
     kept, read = [], n
     for path in sorted(plan.part_dir(bucket, -1).glob("group=*.parquet")):  # one staged file at a time
@@ -116,6 +118,20 @@ def index_bucket(plan: BuildPlan, bucket: int) -> int:
     base = sort_by_user(base) if base else empty_staged(STAGED_COLUMNS)
     write_parquet_atomic(pa.table(base), plan.base_file(bucket))
     return read
+
+
+def _shard_rows(plan: BuildPlan, event_time: np.ndarray, stored: np.ndarray) -> np.ndarray:
+    """int64 (n,): each row's position among the rows its shard reads, in the shared
+    (user, time, event id) order: the period's staged rows, and for the first period
+    the stored rows from before it (the base) too; -1 for a row no shard reads."""
+    source = plan.part_of(event_time)
+    source = np.where(source < 0, np.where(stored, 0, -1), source)
+    order = np.argsort(source, kind="stable")
+    firsts = np.searchsorted(source[order], np.arange(len(plan.example_days)))
+    row = np.full(len(source), -1, dtype=np.int64)
+    inside = source[order] >= 0
+    row[order[inside]] = np.arange(len(order))[inside] - firsts[source[order][inside]]
+    return row
 
 
 def _per_row(index: BucketIndex, n_max: int) -> dict[str, np.ndarray]:

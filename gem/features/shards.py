@@ -96,7 +96,7 @@ def build_shard(plan: BuildPlan, key: ShardKey) -> dict:
     vocab = _vocab(plan)
     part = plan.period_index(key.day)
     index = read_index(plan, key.bucket, part)
-    h, read = _read_segment_rows(plan, key.bucket, part, index["event_id"])
+    h, read = _read_segment_rows(plan, key.bucket, part, index)
     examples, history, users, stats = _assemble(plan, key, vocab, h, index)
     stats["staged_rows_read"] = read + len(index["event_id"])
     with atomic_dir(plan.shards_dir / key.name) as tmp:
@@ -107,15 +107,17 @@ def build_shard(plan: BuildPlan, key: ShardKey) -> dict:
     return stats
 
 
-def _read_segment_rows(plan: BuildPlan, bucket: int, part: int, event_ids: np.ndarray):
-    """The staged rows of the shard's segment (the index's ``event_ids``, in its order)
-    in every staged column, and the staged rows read to find them."""
+def _read_segment_rows(plan: BuildPlan, bucket: int, part: int, index: dict[str, np.ndarray]):
+    """The staged rows of the shard's segment (the index's rows, in its order) in every
+    staged column, and the staged rows read to find them."""
     first = [read_tables([read_parquet(plan.base_file(bucket))])] if part == 0 else []
     h = concat_columns([*first, read_part(plan, bucket, part, STAGED_COLUMNS)])
     read = len(h["user_id"]) if h else 0
     h = sort_by_user(h) if h else empty_staged(STAGED_COLUMNS)
-    keep = np.isin(h["event_id"], event_ids)
-    h = {k: v[keep] for k, v in h.items()}
+    event_ids, rows = index["event_id"], index["row"]
+    if len(rows) and not 0 <= rows.min() <= rows.max() < read:
+        rows = rows[:0]  # the index is of other staged rows: the check below says so
+    h = {k: v[rows] for k, v in h.items()}
     if not np.array_equal(h["event_id"], event_ids):
         raise RuntimeError(f"{plan.staging_dir}: bucket {bucket}'s staged events of period {plan.example_days[part]} "
                            "differ from its index (changed during the build?)")

@@ -254,3 +254,16 @@ def test_a_bucket_with_history_but_no_example_in_the_window_builds(conv_dataset,
         per_bucket[shard["bucket"]] = per_bucket.get(shard["bucket"], 0) + shard["examples"]
     assert 0 in per_bucket.values() or len(per_bucket) < 64  # some bucket has no example
     assert len(collect(FeatureLoader(tmp_path / "narrow", batch_size=64, shuffle=False))) == expected
+
+
+def test_a_shard_refuses_staged_events_that_changed_after_the_index(conv_dataset, tmp_path):
+    """The shard takes its segment's events by their row in the index; rows that moved
+    (a staged file gone or rewritten mid-build) are refused, never taken by position."""
+    plan = prepare_build(conv_dataset, tmp_path / "changed", tiny_cfg(max_seq_len=48))
+    key = list_shards(plan)[0]
+    staged = sorted(plan.part_dir(key.bucket, plan.period_index(key.day)).glob("group=*.parquet"))
+    assert staged
+    table = pq.read_table(staged[0])
+    pq.write_table(table.slice(1), staged[0])  # one event fewer: every later row shifts
+    with pytest.raises(RuntimeError, match="differ from its index"):
+        build_shard(plan, key)
