@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +46,7 @@ VOCAB_NAMES = ID_VOCABS + USER_ATTRIBUTES + ITEM_ATTRIBUTES
 @dataclass
 class Vocabularies:
     values: dict[str, pa.Array]  # name -> sorted distinct raw values (no nulls)
+    _int_values: dict[str, np.ndarray | None] = field(default_factory=dict, repr=False, compare=False)
 
     def cardinality(self, name: str) -> int:
         return len(self.values[name]) + 1
@@ -53,11 +54,29 @@ class Vocabularies:
     def ids(self, name: str, raw: pa.Array | np.ndarray) -> np.ndarray:
         """int32 (n,) dense ids of ``raw`` values (0 = unknown or null)."""
         vocab = self.values[name]
+        sorted_ints = self._sorted_ints(name)
+        if sorted_ints is not None and (query := _int64_query(raw)) is not None and (
+                len(query) <= len(vocab) or _is_sorted(query)):
+            # a binary search in the sorted values: index_in builds a hash table of the
+            # whole vocabulary on every call, which for a shard's users costs more than
+            # the lookups (1.15M users: 146 ms a call, against 7 ms)
+            return _ranks(sorted_ints, query)
         raw = raw if isinstance(raw, (pa.Array, pa.ChunkedArray)) else pa.array(raw)
         if raw.type != vocab.type:
             raw = raw.cast(vocab.type)
         pos = pc.index_in(raw, value_set=vocab)
         return (pc.fill_null(pos, -1).to_numpy(zero_copy_only=False) + 1).astype(np.int32)
+
+    def _sorted_ints(self, name: str) -> np.ndarray | None:
+        """The vocabulary as int64 if it is integers in increasing order, else None."""
+        if name not in self._int_values:
+            values = self.values[name]
+            ints = None
+            if pa.types.is_integer(values.type) and values.null_count == 0:
+                ints = values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+                ints = ints if _is_sorted(ints, strict=True) else None
+            self._int_values[name] = ints
+        return self._int_values[name]
 
     def digests(self) -> dict[str, str]:
         """name -> sha256 of the values in order (ints as int64, strings as UTF-8)."""
@@ -82,6 +101,31 @@ class Vocabularies:
         if missing:
             raise FileNotFoundError(f"{base}: missing vocabularies {missing}")
         return cls({n: read_parquet(base / f"{n}.parquet").column("value").combine_chunks() for n in VOCAB_NAMES})
+
+
+def _int64_query(raw: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray | None:
+    """``raw`` as int64 when it is integers without nulls that int64 holds exactly."""
+    if isinstance(raw, (pa.Array, pa.ChunkedArray)):
+        if raw.null_count or not pa.types.is_integer(raw.type) or raw.type == pa.uint64():
+            return None
+        raw = raw.to_numpy()
+    raw = np.asarray(raw)
+    if raw.dtype.kind == "i" or (raw.dtype.kind == "u" and raw.dtype.itemsize < 8):
+        return raw.astype(np.int64, copy=False)
+    return None
+
+
+def _is_sorted(values: np.ndarray, strict: bool = False) -> bool:
+    later, earlier = values[1:], values[:-1]
+    return bool(np.all(later > earlier) if strict else np.all(later >= earlier))
+
+
+def _ranks(sorted_values: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """int32: 1 + the position of each query in ``sorted_values``, 0 where absent."""
+    if not len(sorted_values):
+        return np.zeros(len(query), dtype=np.int32)
+    pos = np.minimum(np.searchsorted(sorted_values, query), len(sorted_values) - 1)
+    return np.where(sorted_values[pos] == query, pos + 1, 0).astype(np.int32)
 
 
 def build_vocabularies(data_dir: Path, window_end_us: int, min_count: int) -> Vocabularies:
