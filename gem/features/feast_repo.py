@@ -26,7 +26,9 @@ import os
 import re
 import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REPO = PROJECT_ROOT / "feature_repo"
@@ -184,5 +186,33 @@ def materialize(repo_dir: str | Path, end: dt.datetime, start: dt.datetime | Non
     views = feature_views if feature_views is not None else materializable_views(store, Path(repo_dir))
     if not views:
         raise ValueError(f"{repo_dir}: no feature view has its source file yet; export the sources first")
-    store.materialize(start_date=start, end_date=end, feature_views=views)
+    with bounded_offline_reads(store, Path(repo_dir)):
+        store.materialize(start_date=start, end_date=end, feature_views=views)
     return store
+
+
+@contextmanager
+def bounded_offline_reads(store, repo_dir: Path) -> Iterator[None]:
+    """Hold the duckdb offline store to the source export's memory limit while inside.
+
+    Feast's duckdb offline store reads sources through ibis's default DuckDB connection,
+    which may take 80% of the machine's memory for the latest-row-per-entity window; a
+    connection with a limit spills to ``repo_dir/data`` instead. Other offline stores
+    (Ray on the cluster) are left as configured."""
+    if store.config.offline_store.type != "duckdb":
+        yield
+        return
+    import ibis
+
+    from gem.features.feast_sources import MEMORY_LIMIT
+
+    spill = repo_dir / "data" / ".offline.spill"
+    previous = ibis.options.default_backend
+    backend = ibis.duckdb.connect(memory_limit=MEMORY_LIMIT, temp_directory=str(spill))
+    ibis.set_backend(backend)
+    try:
+        yield
+    finally:
+        ibis.options.default_backend = previous
+        backend.disconnect()
+        shutil.rmtree(spill, ignore_errors=True)

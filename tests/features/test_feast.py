@@ -88,6 +88,39 @@ def test_online_serves_what_offline_retrieval_gives_at_the_same_time(applied_rep
     assert checked == 75 and nonempty > 40
 
 
+
+@pytest.mark.parametrize("config", ["feature_store.yaml", "feature_store.cluster.yaml"])
+def test_materialize_asks_for_the_latest_row_per_entity_and_writes_in_batches(config):
+    # without these Feast pulls every row of the range into pandas and writes the
+    # online store in one batch: memory that grows with the whole log
+    import yaml
+
+    settings = yaml.safe_load((DEFAULT_REPO / config).read_text())["materialization"]
+    assert settings["pull_latest_features"] is True
+    assert 0 < settings["online_write_batch_size"] <= 100_000
+
+
+def test_materialize_reads_the_sources_under_the_memory_limit(applied_repo, monkeypatch):
+    import duckdb
+    import ibis
+
+    from gem.features.feast_sources import MEMORY_LIMIT
+
+    limits, read_parquet = [], ibis.read_parquet
+
+    def reading(*args, **kwargs):  # Feast's duckdb offline store reads each source here
+        limits.append(ibis.get_backend().raw_sql("SELECT current_setting('memory_limit')").fetchone()[0])
+        return read_parquet(*args, **kwargs)
+
+    monkeypatch.setattr(ibis, "read_parquet", reading)
+    before = ibis.options.default_backend
+    materialize(applied_repo, end=pd.Timestamp("2026-01-02T12:00:00Z").to_pydatetime())
+    want = duckdb.connect(config={"memory_limit": MEMORY_LIMIT}).execute(
+        "SELECT current_setting('memory_limit')").fetchone()[0]
+    assert len(limits) == 3 and set(limits) == {want}, limits  # users, items, recent behaviour
+    assert ibis.options.default_backend is before
+    assert not (applied_repo / "data" / ".offline.spill").exists()
+
 def test_training_attributes_come_from_point_in_time_retrieval(applied_repo, conv_dataset):
     from gem.features.attributes import fetch_attributes
 
