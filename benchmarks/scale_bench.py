@@ -16,8 +16,8 @@
 3. The features build alone (features preset `default`: N = 1,024; one process by
    default) at 10M events (preset `large`) and 100M (`events_100m`, 1.15M users), in the
    same run: first the validation ingest does (timed apart), then the build on the
-   stamped dataset: seconds per phase, CPU seconds, peak RSS of the process tree, bytes
-   written; and one digest pass over each dataset (what the reuse key and the
+   stamped dataset (1M and 10M: three builds, the median's figures; 100M: one): seconds
+   per phase, CPU seconds, peak RSS of the process tree, bytes written; and one digest pass over each dataset (what the reuse key and the
    validation stamp each cost, now taken once per stage).
 
 Simulated data is built under ``--data-root`` (default ``$GEM_SCALE_DATA``, else
@@ -46,6 +46,9 @@ from benchmarks.results import built, print_table, results_dir, work_dir, write_
 
 SCALES = {1: "small", 4: "small_x4", 16: "small_x16"}
 FEATURES_EVENTS = {"1m": "events_1m", "10m": "large", "100m": "events_100m"}
+# builds per size, the median reported: the same code's 10M build has taken 30-47 s on
+# this machine, enough to move the 100M/10M ratio by 1.5x; a 100M build takes ~5 min
+FEATURES_REPEATS = {"1m": 3, "10m": 3, "100m": 1}
 PIPELINE_ARGS = ["--preset", "small", "--student-days", "1", "--holdout-days", "1"]
 SLOPE_GOAL = 1.15
 TASK_RSS_GOAL_GB = 8.0
@@ -294,17 +297,14 @@ class TreeUsage:
         return sum(self._written.values()) - self._written0
 
 
-def features_alone(data: Path, out: Path, workers: int) -> dict:
+def features_alone(data: Path, out: Path, workers: int, repeats: int = 1) -> dict:
     """build_features' phases on ``data`` (features preset default, N = 1,024, ``workers``
-    processes), timed."""
+    processes), timed: validation once, then ``repeats`` builds, the median's phases
+    reported (and every build's time)."""
     from gem.config import load_config
     from gem.data.validate import validate_dataset
-    from gem.features.build import _workers, finalize_build, prepare_build
     from gem.features.config import FeaturesConfig
-    from gem.features.jobs import shard_job
-    from gem.features.shards import list_shards
     from gem.utils.digest import tree_digest
-    from gem.utils.pool import process_pool
 
     cfg = load_config(FeaturesConfig, section="features", preset="default", overrides=[f"workers={workers}"])
     events, data_bytes = count_events(data), dir_bytes(data)
@@ -318,6 +318,27 @@ def features_alone(data: Path, out: Path, workers: int) -> dict:
     start = time.perf_counter()
     tree_digest(data)
     digest_s = time.perf_counter() - start
+    builds = [build_once(data, out, cfg) for _ in range(repeats)]
+    shutil.rmtree(clean, ignore_errors=True)
+    median = sorted(builds, key=lambda b: b["build_s"])[len(builds) // 2]
+    return {
+        "validate_s": round(validate_s, 1), "validate_cpu_s": round(validation.cpu_s, 1),
+        "validate_peak_rss_gb": round(validation.peak_rss / 2**30, 2),
+        "events": events, "data_bytes": data_bytes, **median,
+        "build_s_runs": [b["build_s"] for b in builds], "peak_rss_gb": max(b["peak_rss_gb"] for b in builds),
+        "events_per_s": round(events / median["build_s"]),
+        "digest_pass_s": round(digest_s, 1), "digest_gb_per_s": round(data_bytes / 2**30 / max(digest_s, 1e-9), 2),
+        "load_average_1m": {"before": before, "after": load()},
+    }
+
+
+def build_once(data: Path, out: Path, cfg) -> dict:
+    """One features build of ``data`` into ``out`` (removed after), its phases timed."""
+    from gem.features.build import _workers, finalize_build, prepare_build
+    from gem.features.jobs import shard_job
+    from gem.features.shards import list_shards
+    from gem.utils.pool import process_pool
+
     shutil.rmtree(out, ignore_errors=True)
     with TreeUsage() as usage:
         start = time.perf_counter()
@@ -330,24 +351,18 @@ def features_alone(data: Path, out: Path, workers: int) -> dict:
         manifest = finalize_build(plan, cfg)
         end = time.perf_counter()
     shutil.rmtree(out, ignore_errors=True)
-    shutil.rmtree(clean, ignore_errors=True)
-    return {
-        "validate_s": round(validate_s, 1), "validate_cpu_s": round(validation.cpu_s, 1),
-        "validate_peak_rss_gb": round(validation.peak_rss / 2**30, 2),
-        "events": events, "data_bytes": data_bytes, "examples": manifest["counts"]["examples"],
-        "shards": len(keys), "build_s": round(end - start, 1), "prepare_s": round(prepared - start, 1),
-        "shards_s": round(shards_done - prepared, 1), "finalize_s": round(end - shards_done, 1),
-        "cpu_s": round(usage.cpu_s, 1), "peak_rss_gb": round(usage.peak_rss / 2**30, 2),
-        "write_bytes": usage.write_bytes, "output_bytes": manifest["bytes"]["total"],
-        "events_per_s": round(events / (end - start)),
-        "digest_pass_s": round(digest_s, 1), "digest_gb_per_s": round(data_bytes / 2**30 / max(digest_s, 1e-9), 2),
-        "load_average_1m": {"before": before, "after": load()},
-    }
+    return {"examples": manifest["counts"]["examples"], "shards": len(keys), "build_s": round(end - start, 1),
+            "prepare_s": round(prepared - start, 1), "shards_s": round(shards_done - prepared, 1),
+            "finalize_s": round(end - shards_done, 1), "cpu_s": round(usage.cpu_s, 1),
+            "peak_rss_gb": round(usage.peak_rss / 2**30, 2), "write_bytes": usage.write_bytes,
+            "output_bytes": manifest["bytes"]["total"]}
 
 
 def features_section(root: Path, names: list[str], tmp: Path, workers: int) -> dict:
-    runs = {name: features_alone(simulated(root, FEATURES_EVENTS[name], workers), tmp / f"features-{name}", workers)
-            for name in names}
+    runs = {name: features_alone(simulated(root, FEATURES_EVENTS[name], workers), tmp / f"features-{name}", workers,
+                                 FEATURES_REPEATS[name]) for name in names}
+    print_table("features build alone: median build s (runs)",
+                [(n, f"{r['build_s']} {r['build_s_runs']}") for n, r in runs.items()])
     out: dict = {"runs": runs, "features_preset": "default", "max_seq_len": 1024, "workers": workers,
                  "simulator_presets": {n: FEATURES_EVENTS[n] for n in names}}
     if "10m" in runs and "100m" in runs:

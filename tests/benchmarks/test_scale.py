@@ -116,3 +116,12 @@ def test_the_noop_pipeline_of_the_floor_runs(tmp_path, monkeypatch):
     # ran from `python -c` and failed after a 100-minute scale run, losing its figures)
     monkeypatch.setattr(scale_bench, "NOOP_TASKS", 1)
     assert 0 < scale_bench.noop_task_seconds(tmp_path) < 120
+
+
+def test_the_features_part_validates_once_and_reports_the_median_of_its_builds(tiny_dataset, tmp_path):
+    figures = scale_bench.features_alone(tiny_dataset, tmp_path / "features", workers=1, repeats=3)
+    runs = figures["build_s_runs"]
+    assert len(runs) == 3 and figures["build_s"] == sorted(runs)[1]
+    assert figures["examples"] > 0 and figures["shards"] >= 1 and figures["output_bytes"] > 0
+    assert figures["events"] > 0 and figures["validate_peak_rss_gb"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["features-clean-report"]  # builds and the copy removed
