@@ -17,8 +17,9 @@
    default) at 10M events (preset `large`) and 100M (`events_100m`, 1.15M users), in the
    same run: first the validation ingest does (timed apart), then the build on the
    stamped dataset (1M and 10M: three builds, the median's figures; 100M: one): seconds
-   per phase, CPU seconds, peak RSS of the process tree, bytes written; and one digest pass over each dataset (what the reuse key and the
-   validation stamp each cost, now taken once per stage).
+   per phase, CPU seconds, peak RSS of the process tree, bytes written; and one digest
+   pass over each dataset (what the reuse key and the validation stamp each cost, now
+   taken once per stage).
 
 Simulated data is built under ``--data-root`` (default ``$GEM_SCALE_DATA``, else
 ``.local_runs/scale``), reused while its config and the code are unchanged; the
