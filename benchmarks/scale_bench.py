@@ -251,10 +251,10 @@ class TreeUsage:
     """Peak summed RSS, CPU seconds and bytes written of this process and its
     descendants (each process's last-seen counters), sampled every 0.2 s."""
 
-    def __init__(self, interval: float = 0.2):
+    def __init__(self, interval: float = 0.2, pid: int | None = None):
         import psutil
 
-        self.proc, self.interval = psutil.Process(), interval
+        self.proc, self.interval = psutil.Process(pid), interval
         self.peak_rss, self._cpu, self._written = 0, {}, {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -263,7 +263,11 @@ class TreeUsage:
         import psutil
 
         total = 0
-        for p in [self.proc, *self.proc.children(recursive=True)]:
+        try:
+            tree = [self.proc, *self.proc.children(recursive=True)]
+        except psutil.NoSuchProcess:  # a child's tree, ended: its last-seen counters stand
+            return
+        for p in tree:
             try:
                 total += p.memory_info().rss
                 times = p.cpu_times()
@@ -377,6 +381,47 @@ def features_section(root: Path, names: list[str], tmp: Path, workers: int) -> d
     return out
 
 
+
+def feast_alone(data: Path, out: Path) -> dict:
+    """The feast_materialize stage's two halves as a user runs them, each in its own
+    process (`gem features feast-apply`, then `gem features materialize` up to the
+    window's end) on the validated ``data``: seconds, CPU seconds, peak RSS of each."""
+    from gem.data.contract import DatasetHandle
+    from gem.data.validate import validate_dataset
+    from gem.features.feast_repo import DEFAULT_REPO
+
+    clean, repo = out / "clean", out / "repo"
+    validate_dataset(data, report_dir=out / "report", out=clean)
+    shutil.copytree(DEFAULT_REPO, repo, ignore=shutil.ignore_patterns("data", "__pycache__"))  # as a clone has it
+    end = DatasetHandle.open(clean).manifest.window_end
+    before, figures = load(), {"events": count_events(clean)}
+    steps = {"feast_apply": ["feast-apply", "--data", str(clean)], "materialize": ["materialize", "--end", end]}
+    for step, args in steps.items():
+        start = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-m", "gem", "features", *args, "--repo", str(repo)],
+                                 stdout=subprocess.DEVNULL)
+        with TreeUsage(pid=child.pid) as usage:
+            if child.wait() != 0:
+                raise RuntimeError(f"gem features {args[0]} failed on {clean} (exit {child.returncode})")
+        figures[step] = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(usage.cpu_s, 1),
+                         "peak_rss_mb": round(usage.peak_rss / 2**20)}
+    shutil.rmtree(out, ignore_errors=True)
+    return {**figures, "load_average_1m": {"before": before, "after": load()}}
+
+
+def feast_section(root: Path, scales: list[int], tmp: Path) -> dict:
+    runs = {scale: feast_alone(simulated(root, SCALES[scale]), tmp / f"feast-x{scale}") for scale in scales}
+    out: dict = {"runs": {f"x{k}": v for k, v in runs.items()}}
+    if len(runs) > 1:
+        events = [r["events"] for r in runs.values()]
+        out["slopes"] = {f"{step}_{what}": slope(events, [r[step][what] for r in runs.values()])
+                         for step in ("feast_apply", "materialize") for what in ("wall_s", "peak_rss_mb")}
+    shown = {k: {step: f"{r[step]['wall_s']} s {r[step]['peak_rss_mb']} MiB" for step in ("feast_apply", "materialize")}
+             for k, r in runs.items()}
+    print_table("feast apply, materialize alone", [(f"x{k}", f"{v['feast_apply']}, {v['materialize']}")
+                                                    for k, v in shown.items()])
+    return out
+
 # -- the run ----------------------------------------------------------------------------
 
 SIZES = {
@@ -422,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--features-workers", type=int, default=1,
                         help="processes of the features build alone and of its simulation (0: one per core); "
                              "default 1: one process, so memory and time do not depend on the machine's other jobs")
+    parser.add_argument("--feast-scales", default="1,4,16",
+                        help="Feast export+apply and materialize alone, each in its own process, at these multiples "
+                             "('' skips)")
     parser.add_argument("--no-floor", action="store_true", help="skip the kfp.local floor section")
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--drop-data", action="store_true", help="delete the simulated datasets at the end")
@@ -429,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     root = data_root(args.data_root)
     root.mkdir(parents=True, exist_ok=True)
     scales = [int(s) for s in args.scales.split(",") if s]
-    unknown = [s for s in scales if s not in SCALES] + [n for n in args.features_events.split(",")
+    feast_scales = [int(s) for s in args.feast_scales.split(",") if s]
+    unknown = [s for s in scales + feast_scales if s not in SCALES] + [n for n in args.features_events.split(",")
                                                         if n and n not in FEATURES_EVENTS]
     if unknown:
         parser.error(f"unknown scale(s) or size(s) {unknown}: scales {sorted(SCALES)}, sizes {sorted(FEATURES_EVENTS)}")
@@ -460,6 +509,9 @@ def main(argv: list[str] | None = None) -> int:
             if figures.get("pipeline", {}).get("growth") and "x1" in figures["pipeline"]["runs"]:
                 smallest = {**figures["pipeline"]["runs"]["x1"], "growth": figures["pipeline"]["growth"]}
             figures["floor"] = floor(tmp, smallest)
+            save()
+        if feast_scales:
+            figures["feast_materialize_alone"] = feast_section(root, feast_scales, tmp)
             save()
         names = [n for n in args.features_events.split(",") if n]
         if names:

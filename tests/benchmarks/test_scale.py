@@ -125,3 +125,11 @@ def test_the_features_part_validates_once_and_reports_the_median_of_its_builds(t
     assert figures["examples"] > 0 and figures["shards"] >= 1 and figures["output_bytes"] > 0
     assert figures["events"] > 0 and figures["validate_peak_rss_gb"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["features-clean-report"]  # builds and the copy removed
+
+
+def test_the_feast_part_runs_apply_and_materialize_as_separate_processes(tiny_dataset, tmp_path):
+    figures = scale_bench.feast_alone(tiny_dataset, tmp_path / "feast")
+    assert figures["events"] > 0
+    for step in ("feast_apply", "materialize"):  # a child's tree, not this process: an interpreter at least
+        assert figures[step]["peak_rss_mb"] > 50 and figures[step]["wall_s"] > 0 and figures[step]["cpu_s"] > 0
+    assert not (tmp_path / "feast").exists()
