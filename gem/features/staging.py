@@ -165,12 +165,17 @@ def _write_buckets(plan: BuildPlan, group: int, columns: dict[str, np.ndarray]) 
     bucket = user_bucket(columns["user_id"], plan.num_buckets).astype(np.int64)
     part = plan.part_of(columns["event_time"])
     cell = bucket * (len(plan.example_days) + 1) + part + 1
-    order = np.lexsort((columns["event_id"], columns["event_time"], columns["user_id"], cell))
-    cell = cell[order]
-    cells, starts = np.unique(cell, return_index=True)
-    for c, lo, hi in zip(cells.tolist(), starts.tolist(), [*starts[1:].tolist(), len(cell)]):
-        b, p = divmod(c, len(plan.example_days) + 1)
-        sel = order[lo:hi]
+    # rows grouped by cell first (a radix sort when the cells fit 16 bits), then each
+    # cell's rows sorted by (user, time, event id): one sort of a whole day's rows costs
+    # more per row as the day grows (7M rows: 2x per row against 0.7M), a cell's stays small
+    by_cell = np.argsort(cell.astype(np.uint16) if cell.max(initial=0) < 1 << 16 else cell, kind="stable")
+    cell = cell[by_cell]
+    starts = np.flatnonzero(np.concatenate([[True], cell[1:] != cell[:-1]])) if len(cell) else np.zeros(0, int)
+    user, event_time, event_id = columns["user_id"], columns["event_time"], columns["event_id"]
+    for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(cell)]):
+        b, p = divmod(int(cell[lo]), len(plan.example_days) + 1)
+        rows = by_cell[lo:hi]
+        sel = rows[np.lexsort((event_id[rows], event_time[rows], user[rows]))]
         write_parquet_atomic(pa.table({k: v[sel] for k, v in columns.items()}), plan.staging_file(b, p - 1, group))
 
 

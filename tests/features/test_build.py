@@ -267,3 +267,26 @@ def test_a_shard_refuses_staged_events_that_changed_after_the_index(conv_dataset
     pq.write_table(table.slice(1), staged[0])  # one event fewer: every later row shifts
     with pytest.raises(RuntimeError, match="differ from its index"):
         build_shard(plan, key)
+
+
+
+def test_staging_files_each_cell_s_rows_sorted_by_user_time_and_event_id(conv_dataset, tmp_path):
+    from gem.features.jagged import user_bucket
+    from gem.features.staging import _write_buckets
+
+    plan = prepare_build(conv_dataset, tmp_path / "staged", tiny_cfg(max_seq_len=48))
+    raw = raw_events(conv_dataset)
+    raw = raw[raw["event_time"] < plan.window_end_us].sample(frac=1.0, random_state=0)  # any input order
+    columns = {c: raw[c].to_numpy() for c in ("user_id", "event_time", "event_id")}
+    _write_buckets(plan, 99, columns)
+    ids, files = [], sorted(plan.staging_dir.glob("bucket=*/*/group=00099.parquet"))
+    for path in files:
+        t = pq.read_table(path)
+        user, time_, eid = (t.column(c).to_numpy() for c in ("user_id", "event_time", "event_id"))
+        bucket, part = int(path.parent.parent.name.split("=")[1]), path.parent.name
+        assert (user_bucket(user, plan.num_buckets) == bucket).all(), path
+        assert (np.maximum(plan.part_of(time_), -1) == (-1 if part == "base" else int(part.split("=")[1]))).all()
+        assert (np.lexsort((eid, time_, user)) == np.arange(len(user))).all(), path
+        ids.append(eid)
+    ids = np.concatenate(ids)
+    assert len(files) > 1 and np.array_equal(np.sort(ids), np.sort(columns["event_id"])), "rows lost or doubled"
