@@ -47,8 +47,8 @@ from benchmarks.results import built, print_table, results_dir, work_dir, write_
 
 SCALES = {1: "small", 4: "small_x4", 16: "small_x16"}
 FEATURES_EVENTS = {"1m": "events_1m", "10m": "large", "100m": "events_100m"}
-# builds per size, the median reported: the same code's 10M build has taken 30-47 s on
-# this machine, enough to move the 100M/10M ratio by 1.5x; a 100M build takes ~5 min
+# builds per size, the median reported: the same code's 10M build has taken 29.5-39 s on
+# this machine, enough to move the 100M/10M ratio by 1.3x; a 100M build takes ~5 min
 FEATURES_REPEATS = {"1m": 3, "10m": 3, "100m": 1}
 PIPELINE_ARGS = ["--preset", "small", "--student-days", "1", "--holdout-days", "1"]
 SLOPE_GOAL = 1.15
