@@ -381,7 +381,6 @@ def features_section(root: Path, names: list[str], tmp: Path, workers: int) -> d
     return out
 
 
-
 def feast_alone(data: Path, out: Path) -> dict:
     """The feast_materialize stage's two halves as a user runs them, each in its own
     process (`gem features feast-apply`, then `gem features materialize` up to the
@@ -421,6 +420,7 @@ def feast_section(root: Path, scales: list[int], tmp: Path) -> dict:
     print_table("feast apply, materialize alone", [(f"x{k}", f"{v['feast_apply']}, {v['materialize']}")
                                                     for k, v in shown.items()])
     return out
+
 
 # -- the run ----------------------------------------------------------------------------
 
@@ -478,8 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     scales = [int(s) for s in args.scales.split(",") if s]
     feast_scales = [int(s) for s in args.feast_scales.split(",") if s]
-    unknown = [s for s in scales + feast_scales if s not in SCALES] + [n for n in args.features_events.split(",")
-                                                        if n and n not in FEATURES_EVENTS]
+    unknown = [s for s in scales + feast_scales if s not in SCALES]
+    unknown += [n for n in args.features_events.split(",") if n and n not in FEATURES_EVENTS]
     if unknown:
         parser.error(f"unknown scale(s) or size(s) {unknown}: scales {sorted(SCALES)}, sizes {sorted(FEATURES_EVENTS)}")
     figures = {k: v for k, v in previous().items() if k not in ("machine", "sizes", "written_at")}
