@@ -170,7 +170,7 @@ def _write_buckets(plan: BuildPlan, group: int, columns: dict[str, np.ndarray]) 
     # more per row as the day grows (7M rows: 2x per row against 0.7M), a cell's stays small
     by_cell = np.argsort(cell.astype(np.uint16) if cell.max(initial=0) < 1 << 16 else cell, kind="stable")
     cell = cell[by_cell]
-    starts = np.flatnonzero(np.concatenate([[True], cell[1:] != cell[:-1]])) if len(cell) else np.zeros(0, int)
+    starts = np.flatnonzero(np.diff(cell, prepend=-1))  # cells are >= 0: the first row starts one
     user, event_time, event_id = columns["user_id"], columns["event_time"], columns["event_id"]
     for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(cell)]):
         b, p = divmod(int(cell[lo]), len(plan.example_days) + 1)

@@ -269,7 +269,6 @@ def test_a_shard_refuses_staged_events_that_changed_after_the_index(conv_dataset
         build_shard(plan, key)
 
 
-
 def test_staging_files_each_cell_s_rows_sorted_by_user_time_and_event_id(conv_dataset, tmp_path):
     from gem.features.jagged import user_bucket
     from gem.features.staging import _write_buckets

@@ -88,7 +88,6 @@ def test_online_serves_what_offline_retrieval_gives_at_the_same_time(applied_rep
     assert checked == 75 and nonempty > 40
 
 
-
 @pytest.mark.parametrize("config", ["feature_store.yaml", "feature_store.cluster.yaml"])
 def test_materialize_asks_for_the_latest_row_per_entity_and_writes_in_batches(config):
     # without these Feast pulls every row of the range into pandas and writes the
@@ -120,6 +119,7 @@ def test_materialize_reads_the_sources_under_the_memory_limit(applied_repo, monk
     assert len(limits) == 3 and set(limits) == {want}, limits  # users, items, recent behaviour
     assert ibis.options.default_backend is before
     assert not (applied_repo / "data" / ".offline.spill").exists()
+
 
 def test_training_attributes_come_from_point_in_time_retrieval(applied_repo, conv_dataset):
     from gem.features.attributes import fetch_attributes
