@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from benchmarks.results import built, print_table, work_dir, write_result
+from gem.utils.memory import keep_freed_memory
 
 CACHE = work_dir("bench-data")
 MAX_SEQ_LEN = 1024
@@ -332,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--long-span", action="store_true",
                         help="only section 5 (3-year log), merged into the existing features.json")
     args = parser.parse_args(argv)
+    keep_freed_memory()  # builds run in this process, as in `gem features build`'s
     if args.long_span:
         tmp = Path(tempfile.mkdtemp(prefix="features-bench-long-"))
         try:

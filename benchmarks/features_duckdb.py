@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.results import print_table, work_dir, write_result
+from gem.utils.memory import keep_freed_memory
 
 SIZES = {"1m": "events_1m", "10m": "large"}
 MAX_SEQ_LEN = 1024
@@ -324,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-root", default=None, help="simulated data (default $GEM_SCALE_DATA, "
                                                           "else .local_runs/scale)")
     args = parser.parse_args(argv)
+    keep_freed_memory()  # builds run in this process, as in `gem features build`'s
     sizes = [s for s in args.sizes.split(",") if s]
     if unknown := [s for s in sizes if s not in SIZES]:
         parser.error(f"unknown size(s) {unknown}; of {sorted(SIZES)}")

@@ -44,6 +44,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.results import built, print_table, results_dir, work_dir, write_result
+from gem.utils.memory import keep_freed_memory
 
 SCALES = {1: "small", 4: "small_x4", 16: "small_x16"}
 FEATURES_EVENTS = {"1m": "events_1m", "10m": "large", "100m": "events_100m"}
@@ -474,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--drop-data", action="store_true", help="delete the simulated datasets at the end")
     args = parser.parse_args(argv)
+    keep_freed_memory()  # builds run in this process, as in `gem features build`'s
     root = data_root(args.data_root)
     root.mkdir(parents=True, exist_ok=True)
     scales = [int(s) for s in args.scales.split(",") if s]

@@ -1,7 +1,10 @@
-"""Build workers keep freed memory: a large array comes from the heap, not a fresh mapping."""
+"""Features processes keep freed memory: a large array comes from the heap, not from a
+fresh mapping the kernel faults in anew each time."""
 
 import ctypes
 import platform
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -9,6 +12,8 @@ import pytest
 from gem.utils.pool import process_pool
 
 LARGE = 100 * 2**20  # bytes: over glibc's largest default mmap threshold (32 MiB)
+
+pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 
 
 class MallInfo2(ctypes.Structure):
@@ -27,9 +32,21 @@ def mapped_bytes_of_a_large_array(_=None) -> int:
     return during - before
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
-def test_pool_workers_serve_large_arrays_from_the_heap_and_the_caller_is_left_as_it_was():
+def in_a_fresh_process(code: str) -> int:
+    """mapped_bytes_of_a_large_array() in a new interpreter, after ``code``."""
+    script = f"{code}\nfrom tests.test_memory import mapped_bytes_of_a_large_array as m\nprint(m())"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1])
+
+
+def test_pool_workers_serve_large_arrays_from_the_heap():
     with process_pool(2) as pool:
         assert list(pool.map(mapped_bytes_of_a_large_array, range(2))) == [0, 0]
-    with process_pool(1) as pool:  # in-process: glibc's defaults, one mapping per large block
-        assert list(pool.map(mapped_bytes_of_a_large_array, range(1)))[0] >= LARGE
+
+
+def test_the_callers_process_is_left_as_it_was_and_the_features_cli_sets_its_own(tmp_path):
+    assert in_a_fresh_process("from gem.utils.pool import process_pool\n"
+                              "with process_pool(1) as pool: list(pool.map(abs, [1]))") >= LARGE
+    missing = tmp_path / "no-such-dataset"  # the command fails as a user error after its setting
+    assert in_a_fresh_process(f"from gem_app.cli import main\nmain(['features', 'build', '{missing}', "
+                              f"'{tmp_path / 'out'}'])") == 0

@@ -55,8 +55,10 @@ def _build(args: argparse.Namespace) -> int:
     from gem.data.contract import ContractError
     from gem.features.build import build_features
     from gem.features.validation import DatasetRejected
+    from gem.utils.memory import keep_freed_memory
     from gem.utils.outputs import OutputFolderError
 
+    keep_freed_memory()
     try:
         manifest = build_features(args.data, args.out, _load_cfg(args), window_start=args.start,
                                   window_end=args.end, previous_report=args.previous)

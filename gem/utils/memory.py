@@ -21,8 +21,11 @@ KEEP_BLOCKS_UP_TO = 1 << 30
 
 def keep_freed_memory(limit: int = KEEP_BLOCKS_UP_TO) -> bool:
     """Serve blocks up to ``limit`` bytes from the heap and keep up to ``limit`` free
-    bytes at its top instead of returning them to the kernel; for this process, for good
-    (call it in worker processes only). False where the C library is not glibc."""
+    bytes at its top instead of returning them to the kernel; for this process, for good.
+    Called where a features process of ours starts (each pool worker, `gem features
+    build`, the features plan and shard stages, the features benchmarks), never inside a
+    library function, whose caller's process is not its own. False where the C library
+    is not glibc."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     libc = ctypes.CDLL("libc.so.6")
