@@ -48,9 +48,9 @@ from gem.utils.memory import keep_freed_memory
 
 SCALES = {1: "small", 4: "small_x4", 16: "small_x16"}
 FEATURES_EVENTS = {"1m": "events_1m", "10m": "large", "100m": "events_100m"}
-# builds per size, the median reported: the same code's 10M build has taken 29.5-39 s on
-# this machine, enough to move the 100M/10M ratio by 1.3x; a 100M build takes ~5 min
-FEATURES_REPEATS = {"1m": 3, "10m": 3, "100m": 1}
+# builds per size, interleaved, the median reported: the same code's 10M build has taken
+# 24-39 s on this machine and its 100M build 272-321 s; a 100M build takes ~5 min
+FEATURES_REPEATS = {"1m": 3, "10m": 3, "100m": 2}
 PIPELINE_ARGS = ["--preset", "small", "--student-days", "1", "--holdout-days", "1"]
 SLOPE_GOAL = 1.15
 TASK_RSS_GOAL_GB = 8.0
@@ -303,36 +303,72 @@ class TreeUsage:
         return sum(self._written.values()) - self._written0
 
 
-def features_alone(data: Path, out: Path, workers: int, repeats: int = 1) -> dict:
-    """build_features' phases on ``data`` (features preset default, N = 1,024, ``workers``
-    processes), timed: validation once, then ``repeats`` builds, the median's phases
-    reported (and every build's time). Validation runs here, each build in its own process."""
+def validated_for_build(data: Path, out: Path) -> tuple[Path, dict]:
+    """``data`` validated as ingest does it, into a stamped copy beside ``out`` that the
+    builds read (timed; the caller removes it), and the figures of that pass."""
     from gem.data.validate import validate_dataset
     from gem.utils.digest import tree_digest
 
     events, data_bytes = count_events(data), dir_bytes(data)
     before = load()
-    clean = out.with_name(f"{out.name}-clean")  # ingest's part: the build then reads a stamped dataset
+    clean = out.with_name(f"{out.name}-clean")
     with TreeUsage() as validation:
         start = time.perf_counter()
         validate_dataset(data, report_dir=clean.with_name(f"{clean.name}-report"), out=clean)
         validate_s = time.perf_counter() - start
-    data = clean
     start = time.perf_counter()
-    tree_digest(data)
+    tree_digest(clean)
     digest_s = time.perf_counter() - start
-    builds = [build_in_a_fresh_process(data, out, workers) for _ in range(repeats)]
-    shutil.rmtree(clean, ignore_errors=True)
+    return clean, {"validate_s": round(validate_s, 1), "validate_cpu_s": round(validation.cpu_s, 1),
+                   "validate_peak_rss_gb": round(validation.peak_rss / 2**30, 2), "events": events,
+                   "data_bytes": data_bytes, "digest_pass_s": round(digest_s, 1),
+                   "digest_gb_per_s": round(data_bytes / 2**30 / max(digest_s, 1e-9), 2), "load_before": before}
+
+
+def build_summary(validation: dict, builds: list[dict]) -> dict:
+    """The median build's phases (of an even count, the slower middle one), every build's time."""
     median = sorted(builds, key=lambda b: b["build_s"])[len(builds) // 2]
-    return {
-        "validate_s": round(validate_s, 1), "validate_cpu_s": round(validation.cpu_s, 1),
-        "validate_peak_rss_gb": round(validation.peak_rss / 2**30, 2),
-        "events": events, "data_bytes": data_bytes, **median,
-        "build_s_runs": [b["build_s"] for b in builds], "peak_rss_gb": max(b["peak_rss_gb"] for b in builds),
-        "events_per_s": round(events / median["build_s"]),
-        "digest_pass_s": round(digest_s, 1), "digest_gb_per_s": round(data_bytes / 2**30 / max(digest_s, 1e-9), 2),
-        "load_average_1m": {"before": before, "after": load()},
-    }
+    figures = {k: v for k, v in validation.items() if k != "load_before"}
+    return {**figures, **median, "build_s_runs": [b["build_s"] for b in builds],
+            "peak_rss_gb": max(b["peak_rss_gb"] for b in builds),
+            "events_per_s": round(validation["events"] / median["build_s"]),
+            "load_average_1m": {"before": validation["load_before"], "after": load()}}
+
+
+def features_alone(data: Path, out: Path, workers: int, repeats: int = 1) -> dict:
+    """build_features' phases on ``data`` (features preset default, N = 1,024, ``workers``
+    processes), timed: validation once, then ``repeats`` builds, each in its own process."""
+    clean, validation = validated_for_build(data, out)
+    builds = [build_in_a_fresh_process(clean, out, workers) for _ in range(repeats)]
+    shutil.rmtree(clean, ignore_errors=True)
+    return build_summary(validation, builds)
+
+
+def interleaved(repeats: dict[str, int]) -> list[str]:
+    """Sizes in turn until each has its builds ({10m: 3, 100m: 2}: 10m 100m 10m 100m 10m),
+    so a drift in the shared machine's speed falls on both sizes alike."""
+    left, order = dict(repeats), []
+    while any(left.values()):
+        for name in repeats:
+            if left[name]:
+                order.append(name)
+                left[name] -= 1
+    return order
+
+
+def neighbour_ratios(order: list[str], builds: dict[str, list[dict]], big: str, small: str) -> list[float]:
+    """Each ``big`` build's time over the mean of the ``small`` builds just before and after it."""
+    seen, times = {n: 0 for n in builds}, []
+    for name in order:
+        times.append((name, builds[name][seen[name]]["build_s"]))
+        seen[name] += 1
+    ratios = []
+    for i, (name, t) in enumerate(times):
+        if name == big:
+            near = [times[j][1] for j in (i - 1, i + 1) if 0 <= j < len(times) and times[j][0] == small]
+            if near:
+                ratios.append(round(t / (sum(near) / len(near)), 2))
+    return ratios
 
 
 def build_in_a_fresh_process(data: Path, out: Path, workers: int) -> dict:
@@ -373,16 +409,28 @@ def build_once(data: Path, out: Path, cfg) -> dict:
 
 
 def features_section(root: Path, names: list[str], tmp: Path, workers: int) -> dict:
-    runs = {name: features_alone(simulated(root, FEATURES_EVENTS[name], workers), tmp / f"features-{name}", workers,
-                                 FEATURES_REPEATS[name]) for name in names}
+    """Each size validated once, then its builds interleaved with the other sizes' (each
+    build in its own process)."""
+    outs = {name: tmp / f"features-{name}" for name in names}
+    validated = {name: validated_for_build(simulated(root, FEATURES_EVENTS[name], workers), outs[name])
+                 for name in names}
+    order = interleaved({name: FEATURES_REPEATS[name] for name in names})
+    builds: dict[str, list[dict]] = {name: [] for name in names}
+    for name in order:
+        builds[name].append(build_in_a_fresh_process(validated[name][0], outs[name], workers))
+    for clean, _ in validated.values():
+        shutil.rmtree(clean, ignore_errors=True)
+    runs = {name: build_summary(validated[name][1], builds[name]) for name in names}
     print_table("features build alone: median build s (runs)",
                 [(n, f"{r['build_s']} {r['build_s_runs']}") for n, r in runs.items()])
     out: dict = {"runs": runs, "features_preset": "default", "max_seq_len": 1024, "workers": workers,
-                 "simulator_presets": {n: FEATURES_EVENTS[n] for n in names}}
+                 "simulator_presets": {n: FEATURES_EVENTS[n] for n in names}, "build_order": order}
     if "10m" in runs and "100m" in runs:
         small, big = runs["10m"], runs["100m"]
         ratio = big["build_s"] / small["build_s"]
         out.update({"time_ratio_100m_over_10m": round(ratio, 2),
+                    "time_ratio_each_100m_build_over_its_neighbour_10m_builds": neighbour_ratios(
+                        order, builds, "100m", "10m"),
                     "events_ratio_100m_over_10m": round(big["events"] / small["events"], 2),
                     "slope_build_s": slope([small["events"], big["events"]], [small["build_s"], big["build_s"]]),
                     "goals": {"peak_rss_100m_under_16gb": big["peak_rss_gb"] < 16,

@@ -134,3 +134,11 @@ def test_the_feast_part_runs_apply_and_materialize_as_separate_processes(tiny_da
     for step in ("feast_apply", "materialize"):  # a child's tree, not this process: an interpreter at least
         assert figures[step]["peak_rss_mb"] > 50 and figures[step]["wall_s"] > 0 and figures[step]["cpu_s"] > 0
     assert not (tmp_path / "feast").exists()
+
+
+def test_the_sizes_builds_interleave_and_each_large_build_is_set_against_its_neighbours():
+    order = scale_bench.interleaved({"10m": 3, "100m": 2})
+    assert order == ["10m", "100m", "10m", "100m", "10m"]
+    builds = {"10m": [{"build_s": 30.0}, {"build_s": 34.0}, {"build_s": 26.0}],
+              "100m": [{"build_s": 320.0}, {"build_s": 300.0}]}
+    assert scale_bench.neighbour_ratios(order, builds, "100m", "10m") == [10.0, 10.0]
