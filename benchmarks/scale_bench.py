@@ -15,9 +15,10 @@
    they are of the 1x run.
 3. The features build alone (features preset `default`: N = 1,024; one process by
    default) at 10M events (preset `large`) and 100M (`events_100m`, 1.15M users), in the
-   same run: first the validation ingest does (timed apart), then the build on the
-   stamped dataset (1M and 10M: three builds, the median's figures; 100M: one): seconds
-   per phase, CPU seconds, peak RSS of the process tree, bytes written; and one digest
+   same run: first the validation ingest does (timed apart), then the builds on the
+   stamped datasets, each in its own process and the sizes in turn (10M 100M 10M 100M
+   10M; the median's figures): seconds per phase, CPU seconds, peak RSS of the build's
+   process tree, bytes written; each 100M build over the 10M builds beside it; and one digest
    pass over each dataset (what the reuse key and the validation stamp each cost, now
    taken once per stage).
 
