@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--long-span", action="store_true",
                         help="only section 5 (3-year log), merged into the existing features.json")
     args = parser.parse_args(argv)
-    keep_freed_memory()  # builds run in this process, as in `gem features build`'s
+    keep_freed_memory()  # this process runs builds, as `gem features build`'s does
     if args.long_span:
         tmp = Path(tempfile.mkdtemp(prefix="features-bench-long-"))
         try:

@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-root", default=None, help="simulated data (default $GEM_SCALE_DATA, "
                                                           "else .local_runs/scale)")
     args = parser.parse_args(argv)
-    keep_freed_memory()  # builds run in this process, as in `gem features build`'s
+    keep_freed_memory()  # this process runs builds, as `gem features build`'s does
     sizes = [s for s in args.sizes.split(",") if s]
     if unknown := [s for s in sizes if s not in SIZES]:
         parser.error(f"unknown size(s) {unknown}; of {sorted(SIZES)}")

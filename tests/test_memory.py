@@ -5,15 +5,22 @@ import ctypes
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gem.utils.pool import process_pool
 
+ROOT = Path(__file__).resolve().parents[1]  # where `tests` imports from, whatever the cwd
 LARGE = 100 * 2**20  # bytes: over glibc's largest default mmap threshold (32 MiB)
 
-pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+
+def glibc_with_mallinfo2() -> bool:
+    return platform.libc_ver()[0] == "glibc" and hasattr(ctypes.CDLL("libc.so.6"), "mallinfo2")  # glibc 2.33+
+
+
+pytestmark = pytest.mark.skipif(not glibc_with_mallinfo2(), reason="mallopt and mallinfo2 are glibc's (2.33+)")
 
 
 class MallInfo2(ctypes.Structure):
@@ -35,7 +42,8 @@ def mapped_bytes_of_a_large_array(_=None) -> int:
 def in_a_fresh_process(code: str) -> int:
     """mapped_bytes_of_a_large_array() in a new interpreter, after ``code``."""
     script = f"{code}\nfrom tests.test_memory import mapped_bytes_of_a_large_array as m\nprint(m())"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
     return int(done.stdout.split()[-1])
 
 

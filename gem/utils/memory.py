@@ -1,4 +1,4 @@
-"""Freed memory kept for reuse in the build's worker processes.
+"""Freed memory kept for reuse in the features build's processes.
 
 glibc's malloc gives every block over its mmap threshold (at most 32 MiB) back to the
 kernel when it is freed, so each later array of that size is fresh memory that the
