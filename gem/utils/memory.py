@@ -4,9 +4,9 @@ glibc's malloc gives every block over its mmap threshold (at most 32 MiB) back t
 kernel when it is freed, so each later array of that size is fresh memory that the
 kernel faults in and zeroes page by page. A 100M-event build works on 50-100 MB
 columns; its NumPy temporaries then cost more per row than the same code on 10M events,
-whose columns stay under the threshold and are reused (measured on one 12.4M-row
-index bucket: 11 s, 364k page faults; with the blocks kept, 5.7 s, 73k). Peak RSS
-does not change: a kept block is reused, not added to.
+whose columns stay under the threshold and are reused (measured: a 12.4M-row index
+bucket after the first took 11 s, with the blocks kept 5.7 s; three buckets made 364k
+page faults against 73k). Peak RSS does not change: a kept block is reused, not added to.
 """
 
 from __future__ import annotations
