@@ -336,15 +336,6 @@ def build_summary(validation: dict, builds: list[dict]) -> dict:
             "load_average_1m": {"before": validation["load_before"], "after": load()}}
 
 
-def features_alone(data: Path, out: Path, workers: int, repeats: int = 1) -> dict:
-    """build_features' phases on ``data`` (features preset default, N = 1,024, ``workers``
-    processes), timed: validation once, then ``repeats`` builds, each in its own process."""
-    clean, validation = validated_for_build(data, out)
-    builds = [build_in_a_fresh_process(clean, out, workers) for _ in range(repeats)]
-    shutil.rmtree(clean, ignore_errors=True)
-    return build_summary(validation, builds)
-
-
 def interleaved(repeats: dict[str, int]) -> list[str]:
     """Sizes in turn until each has its builds ({10m: 3, 100m: 2}: 10m 100m 10m 100m 10m),
     so a drift in the shared machine's speed falls on both sizes alike."""
@@ -410,12 +401,18 @@ def build_once(data: Path, out: Path, cfg) -> dict:
 
 
 def features_section(root: Path, names: list[str], tmp: Path, workers: int) -> dict:
-    """Each size validated once, then its builds interleaved with the other sizes' (each
-    build in its own process)."""
+    data = {name: simulated(root, FEATURES_EVENTS[name], workers) for name in names}
+    figures = features_builds(data, tmp, workers, {name: FEATURES_REPEATS[name] for name in names})
+    return {**figures, "simulator_presets": {n: FEATURES_EVENTS[n] for n in names}}
+
+
+def features_builds(data: dict[str, Path], tmp: Path, workers: int, repeats: dict[str, int]) -> dict:
+    """Each dataset validated once, then its builds taking turns with the others' (each
+    build in its own process); per dataset the median build's figures."""
+    names = list(data)
     outs = {name: tmp / f"features-{name}" for name in names}
-    validated = {name: validated_for_build(simulated(root, FEATURES_EVENTS[name], workers), outs[name])
-                 for name in names}
-    order = interleaved({name: FEATURES_REPEATS[name] for name in names})
+    validated = {name: validated_for_build(data[name], outs[name]) for name in names}
+    order = interleaved(repeats)
     builds: dict[str, list[dict]] = {name: [] for name in names}
     for name in order:
         builds[name].append(build_in_a_fresh_process(validated[name][0], outs[name], workers))
@@ -425,7 +422,7 @@ def features_section(root: Path, names: list[str], tmp: Path, workers: int) -> d
     print_table("features build alone: median build s (runs)",
                 [(n, f"{r['build_s']} {r['build_s_runs']}") for n, r in runs.items()])
     out: dict = {"runs": runs, "features_preset": "default", "max_seq_len": 1024, "workers": workers,
-                 "simulator_presets": {n: FEATURES_EVENTS[n] for n in names}, "build_order": order}
+                 "build_order": order}
     if "10m" in runs and "100m" in runs:
         small, big = runs["10m"], runs["100m"]
         ratio = big["build_s"] / small["build_s"]

@@ -119,13 +119,15 @@ def test_the_noop_pipeline_of_the_floor_runs(tmp_path, monkeypatch):
 
 
 def test_the_features_part_validates_once_and_reports_the_median_of_its_builds(tiny_dataset, tmp_path):
-    figures = scale_bench.features_alone(tiny_dataset, tmp_path / "features", workers=1, repeats=3)
+    section = scale_bench.features_builds({"tiny": tiny_dataset}, tmp_path, 1, {"tiny": 3})
+    assert section["build_order"] == ["tiny"] * 3
+    figures = section["runs"]["tiny"]
     runs = figures["build_s_runs"]
     assert len(runs) == 3 and figures["build_s"] == sorted(runs)[1]
     assert figures["process_s"] >= figures["build_s"]  # each build in its own interpreter, timed inside it
     assert figures["examples"] > 0 and figures["shards"] >= 1 and figures["output_bytes"] > 0
     assert figures["events"] > 0 and figures["validate_peak_rss_gb"] > 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["features-clean-report"]  # builds and the copy removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["features-tiny-clean-report"]  # builds, copy removed
 
 
 def test_the_feast_part_runs_apply_and_materialize_as_separate_processes(tiny_dataset, tmp_path):
