@@ -58,3 +58,11 @@ def test_the_callers_process_is_left_as_it_was_and_the_features_cli_sets_its_own
     missing = tmp_path / "no-such-dataset"  # the command fails as a user error after its setting
     assert in_a_fresh_process(f"from gem_app.cli import main\nmain(['features', 'build', '{missing}', "
                               f"'{tmp_path / 'out'}'])") == 0
+
+
+@pytest.mark.parametrize("stage_call", ["features_plan('{missing}', '{out}', '', '', 'small')",
+                                        "features_shard('{missing}', 'bucket=0')"])
+def test_the_features_pipeline_stages_set_their_task_process(tmp_path, stage_call):
+    call = stage_call.format(missing=tmp_path / "no-such-dataset", out=tmp_path / "out")
+    assert in_a_fresh_process("from gem_app.stages.features import features_plan, features_shard\n"
+                              f"try:\n    {call}\nexcept Exception:\n    pass  # failed after the setting") == 0
