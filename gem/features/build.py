@@ -31,9 +31,10 @@ from gem.data.batch import FeatureSpec
 from gem.data.contract import EVENT_TYPES, MANIFEST, TASKS, DatasetHandle, Manifest, parse_utc
 from gem.data.profile import daily_counts, profile_dataset
 from gem.features.config import FeaturesConfig
+from gem.features.counters import COUNTER_FEATURES, GLOBAL, KINDS
 from gem.features.feast_repo import apply, copy_repo, resolve_repo
 from gem.features.feast_sources import export
-from gem.features.jobs import index_job, shard_job, stage_job
+from gem.features.jobs import counter_job, index_job, shard_job, stage_job
 from gem.features.plan import (
     PLAN_FILE,
     WORK_DIR,
@@ -67,7 +68,7 @@ SEQUENCE_CARDINALITY = {"seq_event_type": 1 + len(EVENT_TYPES), "seq_is_ad": 3, 
 
 
 def feature_spec(vocab: Vocabularies, max_seq_len: int, surfaces: list[str], tasks: list[str],
-                 history_labels: bool = True) -> FeatureSpec:
+                 history_labels: bool = True, counters: bool = False) -> FeatureSpec:
     sparse = {"user_id": vocab.cardinality("user_id"), "item_id": vocab.cardinality("item_id")}
     for name in SPARSE_FEATURES[2:]:
         sparse[name] = vocab.cardinality(name.split("_", 1)[1])
@@ -76,7 +77,7 @@ def feature_spec(vocab: Vocabularies, max_seq_len: int, surfaces: list[str], tas
     return FeatureSpec(
         sparse=dict(sorted(sparse.items())),
         sequence=dict(sorted(sequence.items())),
-        dense=list(DENSE_FEATURES),
+        dense=list(DENSE_FEATURES) + (list(COUNTER_FEATURES) if counters else []),
         max_seq_len=max_seq_len,
         surfaces=list(surfaces),
         tasks=list(tasks),
@@ -133,6 +134,7 @@ def prepare_build(data_dir: str | Path | DatasetHandle, out_dir: str | Path, cfg
         # the data's tasks (profile.tasks, recorded in the manifest) as they are.
         surfaces=profile.surfaces, tasks=list(TASKS), data_tasks=list(profile.tasks),
         data_warnings=list(profile.warnings),  # the scan reads every event file: once per build
+        counter_groups=_counter_groups(cfg, events) if cfg.counters else [],
     )
     vocab = Vocabularies.read(Path(cfg.vocab_from)) if cfg.vocab_from else build_vocabularies(
         data_dir, end_us, cfg.min_count)
@@ -145,9 +147,22 @@ def prepare_build(data_dir: str | Path | DatasetHandle, out_dir: str | Path, cfg
         staged = sum(pool.map(stage_job, [(plan, g) for g in range(len(plan.stage_groups))]))
     with process_pool(_workers(cfg, plan.num_buckets, events)) as pool:
         indexed = sum(pool.map(index_job, [(plan, b) for b in range(plan.num_buckets)]))
+    if plan.counter_groups:
+        with process_pool(_workers(cfg, len(plan.counter_groups), events)) as pool:
+            counted = list(pool.map(counter_job, [(plan, j) for j in range(len(plan.counter_groups))]))
+        log.info("features: counters of %s in %d job(s), %d staged rows read", ", ".join(KINDS), len(counted),
+                 sum(counted))
     log.info("features: staged %d events of %d days into %d buckets x %d periods (%s days each); index read %d rows",
              staged, len(plan.history_days), plan.num_buckets, len(plan.example_days), _widths(plan), indexed)
     return plan
+
+
+def _counter_groups(cfg: FeaturesConfig, events: int) -> list[list[str]]:
+    """The counter jobs: every key kind in one job in a one-process build (each job reads
+    the staged rows once), else the kinds spread over the workers."""
+    kinds = [*KINDS, GLOBAL]
+    jobs = _workers(cfg, len(kinds), events)
+    return [kinds[j::jobs] for j in range(jobs)]
 
 
 def _widths(plan: BuildPlan) -> str:
@@ -186,7 +201,8 @@ def finalize_build(plan: BuildPlan, cfg: FeaturesConfig, *, previous_report: str
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
     stats = [read_stats(plan.shards_dir / k.name) for k in keys]
     vocab = Vocabularies.read(out)
-    spec = feature_spec(vocab, plan.max_seq_len, plan.surfaces, plan.tasks, cfg.history_labels)
+    spec = feature_spec(vocab, plan.max_seq_len, plan.surfaces, plan.tasks, cfg.history_labels,
+                        counters=bool(plan.counter_groups))
     window = {"start": plan.window_start, "end": plan.window_end}
     previous = read_report(previous_report) if previous_report else None
     report = build_report(stats, window=window, max_seq_len=plan.max_seq_len, previous=previous)

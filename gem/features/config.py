@@ -24,6 +24,9 @@ class FeaturesConfig:
     # False: label-blind histories (items acted on strictly before, without their labels;
     # no prior CTR): the peers' protocol (benchmarks/quality, protocol "peers")
     history_labels: bool = True
+    # point-in-time counters of the item, advertiser, category, (surface, item) and user
+    # (gem.features.counters) as dense features of every example
+    counters: bool = False
     min_count: int = 1  # user/item ids seen fewer times before the window end map to 0
     vocab_from: str = ""  # a previous features dir whose vocabularies are reused
     workers: int = 0  # processes for staging and shard builds; 0 = one per core

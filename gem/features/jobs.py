@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gem.features.counters import count_job_files
 from gem.features.index import index_bucket
 from gem.features.plan import BuildPlan, ShardKey
 from gem.features.shards import build_shard
@@ -26,3 +27,8 @@ def shard_job(job: tuple[BuildPlan, ShardKey]) -> dict:
 
 def index_job(job: tuple[BuildPlan, int]) -> int:
     return index_bucket(*job)
+
+
+def counter_job(job: tuple[BuildPlan, int]) -> int:
+    plan, group = job
+    return count_job_files(plan, tuple(plan.counter_groups[group]), group)

@@ -48,6 +48,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from gem.data.batch import Batch, FeatureSpec
 from gem.data.contract import MANIFEST
 from gem.features.config import SHARD_ORDERS
+from gem.features.counters import COUNT_COLUMNS, COUNTER_FEATURES, COUNTER_PREFIX, counter_features
 from gem.features.jagged import ragged_arange
 from gem.features.segments import (
     BEFORE_COLUMNS,
@@ -64,6 +65,7 @@ from gem.features.storage import dir_bytes
 from gem.protocol import SPLIT_PARTS, Split
 
 US_PER_DAY = 86_400 * US_PER_S
+ALL_DENSE = (*DENSE_FEATURES, *COUNTER_FEATURES)
 _SELECTIONS: dict[tuple, tuple[list[np.ndarray], list[list[int]]]] = {}
 
 DEFAULT_CACHE_EVENTS = 4_000_000  # decoded history events kept per stream (24 bytes each)
@@ -219,12 +221,14 @@ def gather(spec: FeatureSpec, shard: ShardData, idx: np.ndarray) -> dict[str, np
         np.zeros(len(idx), np.int64)
     ad_clicks = ex["ad_clicks_before"][idx] if spec.history_labels else np.zeros(len(idx), np.int64)
     dense = dense_features(t_us, history_len, last_s, ex["ad_impressions_before"][idx], ad_clicks)
+    if any(name.startswith(COUNTER_PREFIX) for name in spec.dense):  # the build's point-in-time counters
+        dense = np.concatenate([dense, counter_features({c: ex[c][idx] for c in COUNT_COLUMNS})], axis=1)
     return {
         "sparse": np.stack([ex[name][idx].astype(np.int64) for name in spec.sparse], axis=1),
         "lengths": lengths,
         "sequence": sequence,
         "age": ((t - hist["event_s"][g] * US_PER_S) / US_PER_S).astype(np.float32),
-        "dense": dense[:, [DENSE_FEATURES.index(name) for name in spec.dense]],
+        "dense": dense[:, [ALL_DENSE.index(name) for name in spec.dense]],
         "labels": np.stack([ex[task][idx] for task in spec.tasks], axis=1).astype(np.float32),
         "surface": ex["surface"][idx].astype(np.int64),
         "example_id": ex["example_id"][idx].astype(np.int64),

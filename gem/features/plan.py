@@ -61,6 +61,8 @@ class BuildPlan:
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
     data_tasks: list[str] = field(default_factory=lambda: list(TASKS))  # the tasks with labels in the data
     data_warnings: list[str] = field(default_factory=list)  # gem.data.profile's, shown again in the report
+    # the point-in-time counters' jobs, each a group of key kinds (gem.features.counters); [] = no counters
+    counter_groups: list[list[str]] = field(default_factory=list)
 
     @property
     def work_dir(self) -> Path:
@@ -81,6 +83,9 @@ class BuildPlan:
     @property
     def shards_dir(self) -> Path:
         return Path(self.out_dir) / SHARDS_DIR
+
+    def counters_dir(self, job: int) -> Path:
+        return self.work_dir / "counters" / f"job={job:02d}"
 
     def part_dir(self, bucket: int, part: int) -> Path:
         """Staged events of one bucket and period (``part`` -1: before the first period)."""

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from gem.features.counters import COUNT_COLUMNS, counter_file, read_counts
 from gem.features.index import read_index
 from gem.features.plan import US_PER_DAY, BuildPlan, ShardKey
 from gem.features.segments import (
@@ -155,6 +156,8 @@ def _assemble(plan: BuildPlan, key: ShardKey, vocab: Vocabularies, h: dict[str, 
 
     own = np.flatnonzero(select_examples(plan, key.day, h))
     attributes = {name: h[f"attr_{name.split('_', 1)[1]}"][own] for name in ATTRIBUTE_FEATURES}
+    counts = read_counts([counter_file(plan.counters_dir(j), key.bucket, plan.period_index(key.day))
+                          for j in range(len(plan.counter_groups))], h["event_id"][own]) if plan.counter_groups else {}
     examples = pa.table({
         "event": own.astype(np.int32),
         "ties": index["ties"][own],
@@ -162,6 +165,7 @@ def _assemble(plan: BuildPlan, key: ShardKey, vocab: Vocabularies, h: dict[str, 
         "example_id": h["event_id"][own],
         "conversion": h["conversion"][own],
         **attributes,
+        **{name: counts[name] for name in COUNT_COLUMNS if name in counts},
     })
     columns = {"surface": np.maximum(h["surface"][own] - 1, 0), "click": h["click"][own],
                "conversion": h["conversion"][own], "user_id": vocab.ids("user_id", user[own]),

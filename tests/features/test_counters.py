@@ -1,0 +1,177 @@
+"""Point-in-time counters (gem/features/counters.py): a row counts for an example only
+once its label is known strictly before the example's time, and every count of a build
+equals a brute-force recount from the raw events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from gem.features.counters import (
+    COUNT_COLUMNS,
+    COUNTER_FEATURES,
+    GLOBAL,
+    HORIZONS,
+    KINDS,
+    SIGNALS,
+    count_before,
+    count_column,
+    counts_for_kind,
+    kind_horizons,
+)
+from gem.features.loader import FeatureLoader
+from gem.features.segments import read_examples, read_segment
+from tests.features.conftest import collect, raw_events, tiny_cfg
+from tests.features.test_leakage import rewrite_events
+
+DAY = 86_400_000_000
+
+
+def test_count_before_is_strict_and_per_key():
+    # key 7: increments at 10 (signal 0), 10 (signal 1), 12 (signal 0); key 8: one at 5
+    inc_keys, inc_time, inc_signal = [np.array([7, 7, 7, 8])], np.array([10, 10, 12, 5]), np.array([0, 1, 0, 0])
+    q_keys, q_time = [np.array([7, 7, 7, 8, 9, 8])], np.array([10, 11, 13, 5, 100, 6])
+    got = count_before(inc_keys, inc_time, inc_signal, q_keys, q_time, 2)
+    np.testing.assert_array_equal(got, [[0, 0], [1, 1], [2, 1], [0, 0], [0, 0], [1, 0]])
+
+
+def test_count_before_with_two_key_columns():
+    inc = [np.array([1, 1, 2]), np.array([5, 6, 5])]  # (surface, item)
+    got = count_before(inc, np.array([1, 1, 1]), np.zeros(3, np.int64), [np.array([1, 2, 1]), np.array([5, 5, 7])],
+                       np.array([2, 2, 2]), 1)
+    np.testing.assert_array_equal(got[:, 0], [1, 1, 0])
+
+
+def test_a_label_that_arrives_after_the_example_is_not_counted():
+    """An impression at t0 clicked (known at t0 + 2h) and converted (known at t0 + 5h):
+    queries at t0, t0 + 1h, t0 + 3h, t0 + 6h, t0 + 2 days and t0 + 40 days."""
+    t0 = 100 * DAY
+    rows = {"event_time": np.array([t0]), "click": np.array([1]), "click_known": np.array([t0 + 2 * 3_600_000_000]),
+            "conversion": np.array([1]), "conversion_time": np.array([t0 + 5 * 3_600_000_000])}
+    q = np.array([t0, t0 + 3_600_000_000, t0 + 3 * 3_600_000_000, t0 + 6 * 3_600_000_000, t0 + 2 * DAY,
+                  t0 + 40 * DAY])
+    out = counts_for_kind("item", rows, [np.array([3])], [np.full(len(q), 3)], q)
+    np.testing.assert_array_equal(out[count_column("item", "all", "impressions")], [0, 1, 1, 1, 1, 1])
+    np.testing.assert_array_equal(out[count_column("item", "all", "clicks")], [0, 0, 1, 1, 1, 1])
+    np.testing.assert_array_equal(out[count_column("item", "all", "conversions")], [0, 0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(out[count_column("item", "1d", "impressions")], [0, 1, 1, 1, 0, 0])
+    np.testing.assert_array_equal(out[count_column("item", "30d", "impressions")], [0, 1, 1, 1, 1, 0])
+
+
+# ---- a build's counts against a brute-force recount ----
+
+@pytest.fixture(scope="module")
+def tied_dataset(tmp_path_factory):
+    """Simulator events with delayed clicks and conversions, example-only rows, and every
+    event time floored to the 10 minutes: many rows of one item, advertiser or user share
+    an instant with an example."""
+    from gem.data.simulate import SimulatorConfig, simulate
+
+    base = tmp_path_factory.mktemp("counters") / "sim"
+    simulate(SimulatorConfig(users=150, items=120, days=4, topics=6, advertisers=12, seed=7, click_bias=-1.5,
+                             conversion_bias=0.5, click_delay_hours=3.0, conversion_delay_hours=6.0, workers=1),
+             base, progress=False)
+    out = base.parent / "tied"
+
+    def change(frame: pd.DataFrame) -> pd.DataFrame:
+        step = pd.Timedelta(minutes=10)
+        floored = frame["event_time"].dt.floor(step)
+        ids = frame["event_id"].to_numpy()
+        role = np.where(frame["is_ad"] & (ids % 6 == 0), "example", None)
+        return frame.assign(event_time=floored, role=role)
+
+    rewrite_events(base, out, change)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tied_features(tied_dataset, tmp_path_factory) -> Path:
+    from gem.features.build import build_features
+
+    out = tmp_path_factory.mktemp("counters-out") / "f"
+    build_features(tied_dataset, out, tiny_cfg(max_seq_len=16, counters=True))
+    return out
+
+
+def stored_counts(features_dir: Path) -> pd.DataFrame:
+    frames = []
+    for shard in sorted((features_dir / "shards").iterdir()):
+        ex = read_examples(shard, read_segment(shard))
+        frames.append(pd.DataFrame({"example_id": ex["example_id"], **{c: ex[c] for c in COUNT_COLUMNS}}))
+    return pd.concat(frames).set_index("example_id")
+
+
+def brute_counts(events: pd.DataFrame, items: pd.DataFrame, example: pd.Series) -> dict[str, int]:
+    """Every count column of one example, by scanning the labelled rows."""
+    ads = events[events["is_ad"]].merge(items, on="item_id", how="left")
+    t = int(example["event_time"])
+    attrs = items.set_index("item_id").loc[int(example["item_id"])]
+    same = {"item": ads["item_id"] == example["item_id"],
+            "advertiser": ads["advertiser_id"] == attrs["advertiser_id"],
+            "category": ads["category_id"] == attrs["category_id"],
+            "surface_item": (ads["item_id"] == example["item_id"]) & (ads["surface"] == example["surface"]),
+            "user": ads["user_id"] == example["user_id"], GLOBAL: np.ones(len(ads), bool)}
+    known = {"impressions": (ads["event_time"], np.ones(len(ads), bool)),
+             "clicks": (ads["click_time"], ads["click"] == 1),
+             "conversions": (ads["conversion_time"], (ads["conversion"] == 1) & (ads["conversion_time"] >= 0))}
+    out = {}
+    for kind, key in same.items():
+        for h in kind_horizons(kind):
+            lo = -np.inf if HORIZONS[h] is None else t - HORIZONS[h]
+            for signal, (when, has) in known.items():
+                hit = key & has & (when < t) & (when >= lo)
+                out[count_column(kind, h, signal)] = int(hit.sum())
+    return out
+
+
+def test_counts_equal_a_brute_force_recount(tied_dataset, tied_features):
+    events = raw_events(tied_dataset)
+    items = pq.read_table(tied_dataset / "items.parquet").to_pandas()[["item_id", "advertiser_id", "category_id"]]
+    stored = stored_counts(tied_features)
+    by_id = events.set_index("event_id")
+    rng = np.random.default_rng(0)
+    sample = rng.choice(stored.index.to_numpy(), size=150, replace=False)
+    exercised = {"same_instant": 0, "pending_click": 0, "pending_conversion": 0, "hidden": 0}
+    ads = events[events["is_ad"]]
+    for eid in sample:
+        ex = by_id.loc[int(eid)]
+        want = brute_counts(events, items, ex)
+        have = stored.loc[int(eid)]
+        for column, value in want.items():
+            assert have[column] == value, (eid, column, have[column], value)
+        t = int(ex["event_time"])
+        item_rows = ads[ads["item_id"] == ex["item_id"]]
+        exercised["same_instant"] += int(((item_rows["event_time"] == t) & (item_rows.index != eid)).sum())
+        exercised["pending_click"] += int(((item_rows["click"] == 1) & (item_rows["event_time"] < t)
+                                           & (item_rows["click_time"] >= t)).sum())
+        exercised["pending_conversion"] += int(((item_rows["conversion"] == 1) & (item_rows["event_time"] < t)
+                                                & (item_rows["conversion_time"] >= t)).sum())
+        exercised["hidden"] += int(((item_rows["role"] == "example") & (item_rows["event_time"] < t)).sum())
+    # the sample met every rule: ties at the example's instant, labels still pending, example-only rows
+    assert all(v > 0 for v in exercised.values()), exercised
+    assert (stored[count_column("item", "all", "clicks")] > 0).mean() > 0.3
+
+
+def test_counters_reach_the_models_as_dense_features(tied_features):
+    loader = FeatureLoader(tied_features, batch_size=512, shuffle=False)
+    assert loader.spec.dense[-len(COUNTER_FEATURES):] == list(COUNTER_FEATURES)
+    got = collect(loader)
+    stored = stored_counts(tied_features).loc[got.ids]
+    dense = got.dense[:, len(loader.spec.dense) - len(COUNTER_FEATURES):]
+    col = list(COUNTER_FEATURES)
+    np.testing.assert_allclose(dense[:, col.index("cnt_item_all_log_impressions")],
+                               np.log1p(stored[count_column("item", "all", "impressions")]), rtol=1e-5)
+    g_imp, g_clk = (stored[count_column(GLOBAL, "all", s)].to_numpy() for s in SIGNALS[:2])
+    imp, clk = (stored[count_column("user", "7d", s)].to_numpy() for s in SIGNALS[:2])
+    prior = (g_clk + 1.0) / (g_imp + 2.0)
+    np.testing.assert_allclose(dense[:, col.index("cnt_user_7d_ctr")], (clk + 10 * prior) / (imp + 10), rtol=1e-5)
+    assert np.isfinite(dense).all() and len(KINDS) * len(HORIZONS) * 3 == dense.shape[1]
+
+
+def test_a_build_without_counters_keeps_the_old_dense_features(conv_features):
+    spec = FeatureLoader(conv_features, batch_size=8).spec
+    assert not any(name.startswith("cnt_") for name in spec.dense) and len(spec.dense) == 6
