@@ -53,7 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("raw", type=Path, help="raw files: the ml-100k or ml-1m folder, UserBehavior.csv, or the "
                                              "Ciao folder (ratings.csv.gz)")
     conv.add_argument("out", type=Path, help="output dataset directory")
-    conv.add_argument("--seed", type=int, default=0, help="taobao: negative-sampling seed")
+    conv.add_argument("--seed", type=int, default=0, help="taobao, movielens-1m --implicit: negative-sampling seed")
+    conv.add_argument("--implicit", action="store_true",
+                      help="movielens-1m: implicit feedback (every rating a positive, one sampled unrated movie "
+                           "per positive as a negative)")
     conv.add_argument("--negatives-per-click", type=count(0), default=1, help="taobao: sampled unclicked impressions")
     conv.add_argument("--label", choices=("pv", "action"), default="pv",
                       help="taobao: pv = a page view is a click (default); action = click is cart/fav/buy within "
@@ -111,7 +114,7 @@ def _convert(args: argparse.Namespace) -> int:
     elif args.source == "movielens-1m":
         from gem.data.adapters.movielens1m import convert_movielens1m
 
-        manifest = convert_movielens1m(args.raw, args.out)
+        manifest = convert_movielens1m(args.raw, args.out, implicit=args.implicit, seed=args.seed)
     elif args.source == "ciao":
         from gem.data.adapters.ciao import convert_ciao
 

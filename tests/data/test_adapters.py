@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
 import pytest
@@ -133,6 +134,36 @@ def test_movielens1m_mapping_and_quarantine(tmp_path, gz):
     assert items.loc[10, "advertiser_id"] == 1995 and items.loc[10, "category_id"] == 3  # Animation
     assert items.loc[10, "format"] == "Animation|Children's|Comedy" and items.loc[11, "objective"] == "2000s"
     assert sum(validate_dataset(tmp_path / "out").quarantined_rows.values()) == 0
+
+
+def test_movielens1m_implicit_negatives_follow_the_rule(tmp_path):
+    """Implicit feedback: every rating a positive, one negative per positive at its time,
+    never a movie the user had rated up to then, example-only, the same with the same seed."""
+    from gem.data.adapters.movielens1m import convert_movielens1m
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    rng = np.random.default_rng(1)
+    lines = [f"{u}::{m}::{r}::{978300000 + t}" for u, m, r, t in
+             zip(rng.integers(1, 4, 90), rng.integers(1, 40, 90), rng.integers(1, 6, 90), rng.integers(0, 50, 90))]
+    (raw / "ratings.dat").write_text("\n".join(lines) + "\n")
+    (raw / "users.dat").write_text("1::F::1::10::48067\n2::M::56::16::10072\n3::M::25::1::20072\n")
+    (raw / "movies.dat").write_text("".join(f"{m}::Movie {m} (1995)::Comedy\n" for m in range(1, 41)))
+    convert_movielens1m(raw, tmp_path / "a", implicit=True, seed=3)
+    ev = _events(tmp_path / "a")
+    pos, neg = ev[ev.role.isna()], ev[ev.role == "example"]
+    assert len(pos) == len(neg) == 90 and (pos.click == 1).all() and (neg.click == 0).all()
+    assert (ev.conversion == 0).all() and neg.event_id.min() > pos.event_id.max()
+    assert set(neg.item_id) <= set(pos.item_id)  # drawn from the log's rated movies (40 is never rated)
+    first = pos.groupby(["user_id", "item_id"]).event_time.min()
+    rated = first.reindex(pd.MultiIndex.from_arrays([neg.user_id, neg.item_id])).to_numpy()
+    assert not (pd.notna(rated) & (rated <= neg.event_time.to_numpy())).any(), "a negative the user had rated"
+    pairs = sorted(zip(pos.user_id, pos.event_time)), sorted(zip(neg.user_id, neg.event_time))
+    assert pairs[0] == pairs[1]  # one negative per positive, same user and time
+    assert sum(validate_dataset(tmp_path / "a").quarantined_rows.values()) == 0
+    convert_movielens1m(raw, tmp_path / "b", implicit=True, seed=3)
+    again = _events(tmp_path / "b").sort_values("event_id")
+    assert again.item_id.tolist() == ev.sort_values("event_id").item_id.tolist()
 
 
 def test_ciao_mapping_repeats_and_bad_ratings(tmp_path):

@@ -16,6 +16,13 @@ Mapping (docs/data-contract.md has the rationale), as for MovieLens-100K where t
   format = the full genre list ("Animation|Children's|Comedy"), objective = the decade
   ("1990s", "unknown");
 - malformed lines are quarantined with their reason; input = converted + quarantined.
+
+``implicit=True`` gives the implicit-feedback table of the CTR literature instead (a
+popularity-dominated one): every rating is a positive (click 1, no conversion), and per
+positive one negative: a movie drawn uniformly (``seed``) from the log's rated movies
+that the user has not rated up to and including that time, shown at the positive's
+time on that movie's surface, with role "example" (scored, never in a history: the user
+never saw it). Negative event ids follow the last line number, in the positives' order.
 """
 
 from __future__ import annotations
@@ -53,7 +60,8 @@ def ratings_file(raw_dir: Path) -> Path:
     raise FileNotFoundError(f"{raw_dir}: no ratings.dat or ratings.dat.gz; expected the GroupLens MovieLens-1M files")
 
 
-def convert_movielens1m(raw_dir: str | Path, out_dir: str | Path) -> Manifest:
+def convert_movielens1m(raw_dir: str | Path, out_dir: str | Path, *, implicit: bool = False,
+                        seed: int = 0) -> Manifest:
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
     ratings_path = ratings_file(raw_dir)
     for name in ("users.dat", "movies.dat"):
@@ -74,18 +82,79 @@ def convert_movielens1m(raw_dir: str | Path, out_dir: str | Path) -> Manifest:
     if ratings.empty:
         raise ValueError(f"{ratings_path}: no valid rating line (see the conversion quarantine)")
     surface_of_item = pd.Series(_surfaces(movies["genres"]), index=movies["item_id"].to_numpy())
-    events = rating_events(ratings, surface_of_item.reindex(ratings["item_id"].to_numpy())
-                           .fillna(DEFAULT_SURFACE).to_numpy())
+    def surfaces(item_ids: np.ndarray) -> np.ndarray:
+        return surface_of_item.reindex(item_ids).fillna(DEFAULT_SURFACE).to_numpy()
+
+    events = rating_events(ratings, surfaces(ratings["item_id"].to_numpy()))
+    description = ("ratings as ad impressions; rating>=4 click, rating==5 conversion; genre groups as surfaces; "
+                   "device = occupation, advertiser_id = release year, format = genres, objective = decade")
+    if implicit:
+        events = implicit_events(ratings, surfaces, seed=seed)
+        description = (f"implicit feedback: every rating a positive, per positive one negative drawn uniformly "
+                       f"(seed {seed}) from the rated movies the user had not rated up to that time (role "
+                       f"example); genre groups as surfaces; item and user slots as the explicit table")
     first, last = day_window(events)
     manifest = Manifest(
-        name="movielens1m",
+        name="movielens1m_implicit" if implicit else "movielens1m",
         source="GroupLens MovieLens-1M",
         window_start=first,
         window_end=last,
-        description="ratings as ad impressions; rating>=4 click, rating==5 conversion; genre groups as surfaces; "
-                    "device = occupation, advertiser_id = release year, format = genres, objective = decade",
+        description=description,
     )
     return finish_dataset(out_dir, manifest, events, users, items, report)
+
+
+def sample_negatives(users: np.ndarray, items: np.ndarray, times: np.ndarray, catalogue: np.ndarray,
+                     seed: int) -> np.ndarray:
+    """One item per (user, time) drawn uniformly from ``catalogue`` among those the user
+    has not rated at or before that time (rejection sampling, redrawn until accepted)."""
+    rng = np.random.default_rng(seed)
+    pairs = pd.DataFrame({"user": users, "item": items, "time": times})
+    first = pairs.groupby(["user", "item"], sort=True)["time"].min()  # when the user first rated each movie
+    key_u, key_i = first.index.get_level_values(0).to_numpy(), first.index.get_level_values(1).to_numpy()
+    width = int(catalogue.max()) + 1
+    keys = key_u.astype(np.int64) * width + key_i
+    rated_at = first.to_numpy()
+    out = np.empty(len(users), dtype=np.int64)
+    todo = np.arange(len(users))
+    for rounds in range(10_000):
+        if not len(todo):
+            break
+        if rounds == 100:  # slow to accept: is there an unrated movie at all?
+            rated = np.array([(rated_at[(key_u == u)] <= t).sum() for u, t in zip(users[todo], times[todo])])
+            if (rated >= len(catalogue)).any():
+                i = todo[np.argmax(rated >= len(catalogue))]
+                raise ValueError(f"user {users[i]} had rated every one of the {len(catalogue)} movies by "
+                                 f"{times[i]}: no negative to draw")
+        draw = catalogue[rng.integers(0, len(catalogue), len(todo))]
+        pos = np.searchsorted(keys, users[todo].astype(np.int64) * width + draw)
+        pos = np.minimum(pos, len(keys) - 1)
+        taken = (keys[pos] == users[todo].astype(np.int64) * width + draw) & (rated_at[pos] <= times[todo])
+        out[todo[~taken]] = draw[~taken]
+        todo = todo[taken]
+    if len(todo):
+        raise RuntimeError(f"{len(todo)} negatives not drawn after 10,000 rounds")
+    return out
+
+
+def implicit_events(ratings: pd.DataFrame, surfaces, *, seed: int) -> pa.Table:
+    """Every rating a positive impression, each with one sampled negative (module doc)."""
+    positives = ratings.assign(rating=4)  # click 1
+    users, items = ratings["user_id"].to_numpy(np.int64), ratings["item_id"].to_numpy(np.int64)
+    times = ratings["timestamp"].to_numpy(np.int64)
+    negative_items = sample_negatives(users, items, times, np.unique(items), seed)
+    negatives = pd.DataFrame({"line": int(ratings["line"].max()) + 1 + np.arange(len(ratings)), "user_id": users,
+                              "item_id": negative_items, "rating": 1, "timestamp": times})
+    pos = rating_events(positives, surfaces(items))
+    neg = rating_events(negatives, surfaces(negative_items))
+    n = len(ratings)
+    pos = _replace(pos, conversion=pa.array(np.zeros(n, np.int8)),
+                   conversion_time=pa.nulls(n, pos.schema.field("conversion_time").type))
+    return pa.concat_tables([pos, _replace(neg, role=pa.array(["example"] * n))])
+
+
+def _replace(table: pa.Table, **columns) -> pa.Table:
+    return pa.Table.from_arrays([columns.get(f.name, table.column(f.name)) for f in table.schema], schema=table.schema)
 
 
 def _surfaces(genres: pd.Series) -> np.ndarray:
