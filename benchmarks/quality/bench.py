@@ -290,6 +290,13 @@ def _switches(text: str) -> list[bool]:
     return [values[v] for v in text.split(",") if v]
 
 
+def _switch(text: str) -> bool:
+    values = _switches(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: on or off")
+    return values[0]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--protocol", choices=("days", "peers"), default="days",
@@ -340,6 +347,13 @@ def build_parser() -> argparse.ArgumentParser:
     peers.add_argument("--history", choices=("blind", "labels"), default="blind",
                        help="blind: label-blind histories (peers_protocol); labels: every model reads the same "
                             "label-aware history GEM reads (peers_protocol_rich)")
+    peers.add_argument("--counters", type=_switch, default=False,
+                       help="on: every model reads the point-in-time counters of the item, advertiser, category, "
+                            "(surface, item) and user (gem/features/counters.py) as dense features, lr_ids as extra "
+                            "columns, item_ctr as the item's rate so far; off (default): none does")
+    peers.add_argument("--min-id-count", type=int, default=1,
+                       help="ids (user, item, attributes) in fewer train rows than this map to 0 (unknown) in every "
+                            "row, so the unknown id is trained on rare ones (1: only ids no train row shows)")
     peers.add_argument("--train-newest", type=float, default=1.0,
                        help="train on the newest share of the train window only (validation and test fixed)")
     peers.add_argument("--result-key", default=None,

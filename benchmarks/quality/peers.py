@@ -71,6 +71,7 @@ from benchmarks.quality.runs import (
 )
 from benchmarks.quality.sequence_peers import SEQUENCE_MODELS, SequenceRun
 from benchmarks.quality.store import ExampleStore, take, user_hash_fraction
+from gem.features.counters import COUNTER_PREFIX, item_rate
 
 PEERS = ("item_ctr", "lr_ids", "fuxictr_dnn", "fuxictr_dcnv2", "fuxictr_wukong", "fuxictr_din", "bst", "hstu")
 REFERENCES = ("dlrm_baseline",)  # GEM's own ablation (history mean-pooled, an MLP): not one of the peers
@@ -86,6 +87,9 @@ REAL_SOURCES = {
     "movielens1m": ("movielens-1m", ("ratings.dat.gz", "ratings.dat"),
                     "gem.data.adapters.movielens1m.convert_movielens1m", {}),
     "ciao": ("ciao/ratings.csv.gz", (), "gem.data.adapters.ciao.convert_ciao", {}),
+    # implicit feedback: every rating a positive, one sampled unrated movie per positive (seed 0)
+    "movielens1m_implicit": ("movielens-1m", ("ratings.dat.gz", "ratings.dat"),
+                             "gem.data.adapters.movielens1m.convert_movielens1m", {"implicit": True, "seed": 0}),
 }
 HISTORIES = ("blind", "labels")  # label-blind histories, or every model the same label-aware one
 HISTORY_TEXT = {
@@ -217,20 +221,35 @@ def run_model(model: str, store: ExampleStore, rows: dict[str, np.ndarray], *, s
 
 def _run_shallow(model: str, store: ExampleStore, rows: dict[str, np.ndarray], labels: np.ndarray) -> dict:
     ex = store.examples(1)
+    counters = [i for i, name in enumerate(store.spec.dense) if name.startswith(COUNTER_PREFIX)]
     if store.spec.history_labels:  # the same facts the deep models read: dense features, history labels
         ex.numeric = np.column_stack([store.dense, store.label_facts()[0]]).astype(np.float64)
-    train, val, test = (take(ex, rows[p]) for p in ("train", "validation", "test"))
+    elif counters:  # label-blind histories: of the dense features, the counters carry labels
+        ex.numeric = store.dense[:, counters].astype(np.float64)
+    parts = {p: take(ex, rows[p]) for p in ("train", "validation", "test")}
     values = LR_IDS_C if model == "lr_ids" else ITEM_CTR_PRIOR
-    fit = (lambda v, target: baselines.lr_ids(train, target, C=v)) if model == "lr_ids" else \
-        (lambda v, target: baselines.item_ctr(train, target, prior_weight=v))
+    if model == "lr_ids":
+        def fit(v, part):
+            return baselines.lr_ids(parts["train"], parts[part], C=v)
+    elif counters:  # the item's click rate so far, from the counters the deep models read
+        dense = list(store.spec.dense)
+        columns = [dense.index(f"cnt_item_all_{s}") for s in ("log_impressions", "ctr_logit")]
+        columns.append(dense.index("cnt_global_all_ctr_logit"))
+
+        def fit(v, part):
+            return item_rate(*(store.dense[rows[part], c] for c in columns), prior_weight=v)
+    else:
+        def fit(v, part):
+            return baselines.item_ctr(parts["train"], parts[part], prior_weight=v)
     start = time.perf_counter()
-    val_auc = {v: baselines.auc(labels[rows["validation"]], fit(v, val)) for v in values}
+    val_auc = {v: baselines.auc(labels[rows["validation"]], fit(v, "validation")) for v in values}
     best = max(values, key=lambda v: val_auc[v])
-    pred = fit(best, test)
+    pred = fit(best, "test")
     seconds = time.perf_counter() - start
     name = "C" if model == "lr_ids" else "prior_weight"
-    result = {"test_pred": pred, "val_auc": val_auc[best], "seconds": seconds, "seed": 0,
-              "config": f"{name}={best:g}" + (" one-hot user+item, liblinear" if model == "lr_ids" else ""),
+    config = f"{name}={best:g}" + (" one-hot user+item, liblinear" if model == "lr_ids" else
+                                   " item rate so far (counters)" if counters else " train-window item rate")
+    result = {"test_pred": pred, "val_auc": val_auc[best], "seconds": seconds, "seed": 0, "config": config,
               "examples_per_s": len(rows["train"]) * len(values) / max(seconds, 1e-9)}
     return {"seeds": [result], "selected": {"point": {name: best},
                                             "grid_val_auc": {f"{name}={v:g}": a for v, a in val_auc.items()}}}
@@ -315,8 +334,14 @@ def verdict(figs: dict) -> dict:
 
 # ---- per dataset ----
 
+def features_name(history: str, counters: bool = False) -> str:
+    """The features build's folder under a dataset's work folder."""
+    return ("features" if history == "blind" else f"features-{history}") + ("-counters" if counters else "")
+
+
 def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: bool = False,
-            log: Callable[[str], None] = print, history: str = "blind") -> tuple[Path | None, str]:
+            log: Callable[[str], None] = print, history: str = "blind",
+            counters: bool = False) -> tuple[Path | None, str]:
     """The contract dataset and its one features build (label-blind histories, or with
     ``history="labels"`` label-aware ones), reused from ``work`` only while the source's
     content, the settings and the code are unchanged (``benchmarks.results.built``);
@@ -342,7 +367,8 @@ def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: boo
         raise ValueError(f"unknown dataset {name!r}; choose from {DATASETS} or give a contract dataset folder")
     if history not in HISTORIES:
         raise ValueError(f"history={history!r}: one of {HISTORIES}")
-    cfg = FeaturesConfig(max_seq_len=max_seq_len, num_buckets=2, workers=1, history_labels=history == "labels")
+    cfg = FeaturesConfig(max_seq_len=max_seq_len, num_buckets=2, workers=1, history_labels=history == "labels",
+                         counters=counters)
 
     def build(out: Path) -> None:
         t0 = time.perf_counter()
@@ -350,7 +376,7 @@ def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: boo
         log(f"[quality/peers] {name}: features built in {time.perf_counter() - t0:.0f}s")
 
     key = {"data": data_digest, "config": dataclasses.asdict(cfg), "v": CACHE_VERSION}
-    features = work / ("features" if history == "blind" else f"features-{history}")
+    features = work / features_name(history, counters)
     built(features, key, build, fresh=fresh)
     return features, ""
 
@@ -378,7 +404,8 @@ def evaluate_dataset(name: str, args, work: Path, cache: RunCache,
     started = time.perf_counter()
     label = Path(name).name if Path(name).is_dir() else name
     features, skipped = prepare(name, work / label, max_seq_len=args.max_seq_len, shared=args.shared,
-                                fresh=args.fresh, log=log, history=getattr(args, "history", "blind"))
+                                fresh=args.fresh, log=log, history=getattr(args, "history", "blind"),
+                                counters=getattr(args, "counters", False))
     if features is None:
         log(f"[quality/peers] {label}: skipped: {skipped}")
         return DatasetRun({"skipped": skipped}, {})
@@ -403,7 +430,7 @@ def evaluate_dataset(name: str, args, work: Path, cache: RunCache,
         tag += f"train-newest={args.train_newest:g}".encode()
         sizes["train_window"] = f"the newest {args.train_newest:g} of the train rows (by example time)"
         sizes["train_examples_used"] = len(rows["train"])
-    store, unknown = store.known_only(rows["train"])
+    store, unknown = store.known_only(rows["train"], getattr(args, "min_id_count", 1))
     if getattr(args, "no_history", False):
         tag += b"no-history"
         store = store.without_history()
@@ -509,7 +536,11 @@ def protocol_description(args) -> dict:
         "history": (HISTORY_TEXT["labels"] if getattr(args, "history", "blind") == "labels"
                     else HISTORY_TEXT["blind"]),
         "taobao_labels": "label=action: click = cart/fav/buy within 3 days, known at the first such action",
-        "ids": "ids no train row shows map to 0 (unknown) in every row",
+        "ids": ("ids no train row shows map to 0 (unknown) in every row" if getattr(args, "min_id_count", 1) <= 1
+                else f"ids in fewer than {args.min_id_count} train rows map to 0 (unknown) in every row"),
+        "counters": ("every model reads the point-in-time counters (item, advertiser, category, (surface, item), "
+                     "user; 1d/7d/30d/all): the deep models as dense features, lr_ids as extra columns, item_ctr "
+                     "as the item's click rate so far" if getattr(args, "counters", False) else "none"),
         "task": "click only, for every model (GEM's conversion head weight 0)",
         "selection": (f"deep models: grid lr_scale {list(args.grid_lr_scale)} x weight_decay "
                       f"{list(args.grid_weight_decay)} x history {args.grid_history} "
@@ -527,5 +558,6 @@ def protocol_description(args) -> dict:
         "train_fraction": getattr(args, "train_fraction", 1.0),
         "train_newest": getattr(args, "train_newest", 1.0), "history_mode": getattr(args, "history", "blind"),
         "user_fraction": args.user_fraction, "models": list(args.models), "peers": list(PEERS),
+        "counters_on": bool(getattr(args, "counters", False)), "min_id_count": getattr(args, "min_id_count", 1),
         "references": list(REFERENCES),
     }

@@ -91,7 +91,7 @@ def prepare(unit: Unit, base: list[str]) -> None:
     args = unit_args(unit, base)
     label = Path(unit.dataset).name if Path(unit.dataset).is_dir() else unit.dataset
     peers.prepare(unit.dataset, Path(args.work_dir) / label, max_seq_len=args.max_seq_len, shared=args.shared,
-                  fresh=args.fresh, history=args.history)
+                  fresh=args.fresh, history=args.history, counters=args.counters)
 
 
 def run_unit(job: tuple[Unit, list[str]]) -> dict:
@@ -125,7 +125,9 @@ def gem_flops(args, dataset: str, sizes: dict) -> float:
     from gem.training.config import load_train_config
 
     label = Path(dataset).name if Path(dataset).is_dir() else dataset
-    spec = load_feature_spec(Path(args.work_dir) / label / f"features-{args.history}")
+    from benchmarks.quality.peers import features_name
+
+    spec = load_feature_spec(Path(args.work_dir) / label / features_name(args.history, args.counters))
     _, model_cfg = load_train_config(args.train_preset, [f"model_preset={args.model_preset}", "model.arch=gem",
                                                          *[f"model.{o}" for o in args.model_set]])
     model = build_model(model_cfg, spec)

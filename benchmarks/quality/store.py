@@ -74,9 +74,12 @@ class ExampleStore:
             surface=self.surface[rows], example_id=self.example_id[rows], time_us=self.time_us[rows],
             raw_user=self.raw_user[rows])
 
-    def known_only(self, train: np.ndarray) -> tuple["ExampleStore", dict]:
+    def known_only(self, train: np.ndarray, min_count: int = 1) -> tuple["ExampleStore", dict]:
         """Ids that no train row shows (as its own feature or, for items, in its history)
-        mapped to 0 in every row; returns the store and the shares of rows changed."""
+        mapped to 0 in every row; returns the store and the shares of rows changed.
+        ``min_count`` > 1: also ids in fewer train rows than that (as their own feature;
+        an item in a train history keeps its id), so the unknown id 0 is trained on the
+        rare ids and means "new or rare" where it is met again."""
         from gem.features.jagged import ragged_arange
 
         names = list(self.spec.sparse)
@@ -85,8 +88,7 @@ class ExampleStore:
         seq_item = list(self.spec.sequence).index("seq_item_id")
         shares = {}
         for j, name in enumerate(names):
-            seen = np.zeros(self.spec.sparse[name], dtype=bool)
-            seen[sparse[train, j]] = True
+            seen = np.bincount(sparse[train, j], minlength=self.spec.sparse[name]) >= min_count
             if name == "item_id":
                 seen[self.sequence[seq_item, train_pos]] = True
                 item_seen = seen

@@ -22,6 +22,7 @@ Example with B=2, histories of length 2 and 0, and one sequence key::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,21 @@ class FeatureSpec:
     @classmethod
     def from_dict(cls, raw: dict) -> "FeatureSpec":
         return cls(**raw)
+
+
+_COUNTER_GROUP = re.compile(r"cnt_(.+?)_(?:\d+d|all)_")
+
+
+def dense_groups(names: list[str]) -> list[list[int]]:
+    """The dense features a model reads together, as positions in ``names``: first every
+    feature that is not a point-in-time counter (possibly none), then one group per key
+    kind of the counters (``cnt_<kind>_<horizon>_<stat>``, gem/features/counters.py), in
+    order of first appearance."""
+    groups: dict[str, list[int]] = {"": []}
+    for i, name in enumerate(names):
+        match = _COUNTER_GROUP.match(name)
+        groups.setdefault(match.group(1) if match else "", []).append(i)
+    return list(groups.values())
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from gem.data.batch import Batch, FeatureSpec
+from gem.data.batch import Batch, FeatureSpec, dense_groups
 from gem.model.embeddings import SparseArch
 from gem.model.jagged import lengths_of, segment_ids
 
@@ -45,8 +45,15 @@ class InputArch(nn.Module):
                  first_order: bool = False) -> None:
         super().__init__()
         self.sparse = SparseArch(spec, dim, age_buckets, first_order)
-        self.dense_proj = nn.Linear(max(len(spec.dense), 1), dim)
-        self.num_dense = len(spec.dense)
+        groups = dense_groups(list(spec.dense))
+        self.dense_proj = nn.Linear(max(len(groups[0]), 1), dim)
+        self.num_dense = len(groups[0])
+        for i, group in enumerate(groups):
+            self.register_buffer(f"dense_group_{i}", torch.tensor(group, dtype=torch.long), persistent=False)
+        # one token per key kind of the point-in-time counters: rates and counts relate to
+        # the label through a curve (log-odds, saturation), so a small MLP, not a projection
+        self.counter_proj = nn.ModuleList(
+            nn.Sequential(nn.Linear(len(g), dim), nn.SiLU(), nn.Linear(dim, dim)) for g in groups[1:])
         self.surface_embedding = nn.Embedding(len(spec.surfaces), dim)
         keys = list(spec.sparse)
         items = item_keys(spec, item_features)
@@ -54,17 +61,19 @@ class InputArch(nn.Module):
                              persistent=False)
         self.register_buffer("user_idx", torch.tensor([i for i, k in enumerate(keys) if k not in items]),
                              persistent=False)
-        self.num_tokens = len(keys) + 2
+        self.num_tokens = len(keys) + 2 + len(self.counter_proj)
         self.user_in_dim = (len(self.user_idx) + 1) * dim
         self.item_in_dim = len(self.item_idx) * dim
 
     def forward(self, batch: Batch) -> Inputs:
         x_BFD, seq_ND = self.sparse(batch)
         batch_size, _, dim = x_BFD.shape
-        dense = batch.dense if self.num_dense else batch.dense.new_zeros(batch_size, 1)
+        dense = batch.dense[:, self.dense_group_0] if self.num_dense else batch.dense.new_zeros(batch_size, 1)
+        counters = [proj(batch.dense[:, getattr(self, f"dense_group_{i + 1}")])[:, None, :]
+                    for i, proj in enumerate(self.counter_proj)]
         tokens = torch.cat(
-            [x_BFD, self.dense_proj(dense)[:, None, :], self.surface_embedding(batch.surface)[:, None, :]], dim=1
-        )
+            [x_BFD, self.dense_proj(dense)[:, None, :], self.surface_embedding(batch.surface)[:, None, :], *counters],
+            dim=1)
         offsets = batch.sequence_offsets()
         seg = segment_ids(offsets, seq_ND.shape[0])
         pooled = seq_ND.new_zeros(batch_size, dim).index_add(0, seg, seq_ND)

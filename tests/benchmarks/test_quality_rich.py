@@ -197,3 +197,46 @@ def test_scaling_run_writes_the_curve_the_rich_protocol_and_a_plot(rich, tmp_pat
     assert rich_figs["gem"]["auc"] == pytest.approx(out["data"]["models"]["gem"]["auc"][-1])
     assert "label-aware" in saved["peers_protocol_rich"]["protocol"]["history"]
     assert (tmp_path / "scaling.png").stat().st_size > 10_000
+
+
+def test_counters_reach_every_model_and_the_simple_baselines(rich):
+    """--counters on: the build's counters are dense features of every row; item_ctr is
+    the item's click rate so far from those same features (its prior weight chosen on
+    validation); lr_ids reads them as extra columns beside its one-hot ids."""
+    from benchmarks.quality import peers
+    from gem.features.counters import COUNTER_FEATURES, item_rate
+
+    root, _, _ = rich
+    features, _ = peers.prepare(str(root / "sim"), root / "work" / "sim", max_seq_len=16, shared=root,
+                                history="blind", counters=True)
+    assert features.name == "features-counters"
+    store = peers.ExampleStore.from_features(features)
+    assert [n for n in store.spec.dense if n.startswith("cnt_")] == list(COUNTER_FEATURES)
+    parts, _ = peers.split_parts(store, quantiles=(0.8, 0.9))
+    rows = {p: np.flatnonzero(parts == p) for p in ("train", "validation", "test")}
+    labels = store.labels[:, 0]
+    out = peers._run_shallow("item_ctr", store, rows, labels)
+    weight = out["selected"]["point"]["prior_weight"]
+    dense = list(store.spec.dense)
+    cols = [dense.index(n) for n in ("cnt_item_all_log_impressions", "cnt_item_all_ctr_logit",
+                                     "cnt_global_all_ctr_logit")]
+    want = item_rate(*(store.dense[rows["test"], c] for c in cols), prior_weight=weight)
+    np.testing.assert_allclose(out["seeds"][0]["test_pred"], want)
+    assert "so far" in out["seeds"][0]["config"]
+    lr = peers._run_shallow("lr_ids", store, rows, labels)
+    assert baselines.auc(labels[rows["test"]], lr["seeds"][0]["test_pred"]) > 0.5
+
+
+def test_rare_ids_map_to_unknown_with_a_minimum_train_count(rich):
+    """Ids in fewer train rows than the minimum become 0 in every row (an item met in a
+    train history keeps its id: its embedding is trained there)."""
+    _, store, rows = rich
+    user = list(store.spec.sparse).index("user_id")
+    once, shares_1 = store.known_only(rows["train"], 1)
+    often, shares_5 = store.known_only(rows["train"], 5)
+    counts = np.bincount(store.sparse[rows["train"], user], minlength=store.spec.sparse["user_id"])
+    kept = often.sparse[:, user]
+    assert (counts[kept[kept > 0]] >= 5).all()  # every user left known has 5 train rows or more
+    rare = (counts[store.sparse[:, user]] < 5) & (counts[store.sparse[:, user]] > 0)
+    assert rare.any() and (kept[rare] == 0).all() and (once.sparse[rare, user] > 0).all()
+    assert shares_5["user_id"] > shares_1["user_id"]

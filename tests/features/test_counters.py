@@ -21,6 +21,7 @@ from gem.features.counters import (
     count_before,
     count_column,
     counts_for_kind,
+    item_rate,
     kind_horizons,
 )
 from gem.features.loader import FeatureLoader
@@ -168,8 +169,16 @@ def test_counters_reach_the_models_as_dense_features(tied_features):
     g_imp, g_clk = (stored[count_column(GLOBAL, "all", s)].to_numpy() for s in SIGNALS[:2])
     imp, clk = (stored[count_column("user", "7d", s)].to_numpy() for s in SIGNALS[:2])
     prior = (g_clk + 1.0) / (g_imp + 2.0)
-    np.testing.assert_allclose(dense[:, col.index("cnt_user_7d_ctr")], (clk + 10 * prior) / (imp + 10), rtol=1e-5)
-    assert np.isfinite(dense).all() and len(KINDS) * len(HORIZONS) * 3 == dense.shape[1]
+    rate = (clk + 10 * prior) / (imp + 10)
+    np.testing.assert_allclose(dense[:, col.index("cnt_user_7d_ctr_logit")], np.log(rate / (1 - rate)), rtol=1e-4,
+                               atol=1e-5)
+    assert np.isfinite(dense).all() and len(KINDS) * len(HORIZONS) * 3 + 2 == dense.shape[1]
+    # the item_ctr baseline recovers the item's rate at another prior weight from the same features
+    i_imp, i_clk = (stored[count_column("item", "all", s)].to_numpy() for s in SIGNALS[:2])
+    np.testing.assert_allclose(
+        item_rate(dense[:, col.index("cnt_item_all_log_impressions")], dense[:, col.index("cnt_item_all_ctr_logit")],
+                  dense[:, col.index("cnt_global_all_ctr_logit")], 50.0),
+        (i_clk + 50 * prior) / (i_imp + 50), rtol=2e-3)
 
 
 def test_a_build_without_counters_keeps_the_old_dense_features(conv_features):
