@@ -7,3 +7,12 @@ user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.INT64,
 
 item = Entity(name="item", join_keys=["item_id"], value_type=ValueType.INT64,
               description="An ad or an organic item (contract items.item_id).")
+
+advertiser = Entity(name="advertiser", join_keys=["advertiser_id"], value_type=ValueType.INT64,
+                    description="An advertiser (contract items.advertiser_id).")
+
+category = Entity(name="category", join_keys=["category_id"], value_type=ValueType.INT64,
+                  description="An item category (contract items.category_id).")
+
+surface = Entity(name="surface", join_keys=["surface"], value_type=ValueType.STRING,
+                 description="A surface (domain) of the dataset, by name (contract events.surface).")

@@ -280,3 +280,31 @@ def read_counts(files: list[Path], example_ids: np.ndarray) -> dict[str, np.ndar
                 out[name] = table.column(name).to_numpy()[pos]
     return out
 
+
+
+# ---- serving: each entity's counts as of one instant (the Feast online store) ----
+
+def latest_counts(rows: dict[str, np.ndarray], items_file: Path, at_us: int,
+                  include_organic: bool = False) -> dict[str, dict[str, np.ndarray]]:
+    """Per kind: every entity's key columns (``KEY_COLUMNS``) and count columns as an
+    example at ``at_us`` would read them (rows at or after it not counted). ``rows``: the
+    log's events in LABELLED_COLUMNS (example unused), ``surface`` as 1 + index."""
+    rows = {c: v[rows["event_time"] < at_us] for c, v in rows.items()}
+    lab = {c: v[labelled_mask(rows, include_organic)] for c, v in rows.items()}
+    attrs = item_attributes(items_file)
+    g = counts_for_kind(GLOBAL, lab, row_keys(GLOBAL, lab, attrs), [np.zeros(1, np.int64)], np.array([at_us]))
+    out = {}
+    for kind in KINDS:
+        keys = row_keys(kind, lab, attrs)
+        entities = np.unique(np.stack(keys, axis=1), axis=0) if len(lab["event_time"]) else \
+            np.zeros((0, len(keys)), np.int64)
+        entities = entities[np.all(entities != MISSING_KEY, axis=1)]
+        columns = [entities[:, j] for j in range(len(keys))]
+        counted = counts_for_kind(kind, lab, keys, columns, np.full(len(entities), at_us, dtype=np.int64))
+        out[kind] = {**dict(zip(KEY_COLUMNS[kind], columns)), **counted,
+                     **{c: np.full(len(entities), v[0]) for c, v in g.items()}}
+    return out
+
+
+KEY_COLUMNS = {"item": ("item_id",), "advertiser": ("advertiser_id",), "category": ("category_id",),
+               "surface_item": ("surface", "item_id"), "user": ("user_id",)}

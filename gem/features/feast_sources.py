@@ -51,8 +51,10 @@ def attribute_time(data: Path | DatasetHandle) -> dt.datetime:
 
 
 def export(data_dir: str | Path | DatasetHandle, repo_dir: str | Path, *, recent_k: int = 20,
-           parts: tuple[str, ...] = ("users", "items", "recent")) -> dict[str, Path]:
-    """Write the requested sources into ``repo_dir/data``; returns their paths."""
+           parts: tuple[str, ...] = ("users", "items", "recent", "counters"),
+           counters_at: dt.datetime | None = None) -> dict[str, Path]:
+    """Write the requested sources into ``repo_dir/data``; returns their paths. The
+    counters are every entity's as of ``counters_at`` (default: the dataset's window end)."""
     dataset = DatasetHandle.open(data_dir)
     data_dir, out = dataset.root, Path(repo_dir) / "data"
     out.mkdir(parents=True, exist_ok=True)
@@ -67,6 +69,52 @@ def export(data_dir: str | Path | DatasetHandle, repo_dir: str | Path, *, recent
     if "recent" in parts:
         written["recent"] = out / SOURCE_FILES["recent"]
         write_recent_behavior(data_dir, recent_k, written["recent"])
+    if "counters" in parts:
+        written.update(write_counters(dataset, out, counters_at or dataset.manifest.end))
+    return written
+
+
+COUNTER_SOURCES = {kind: f"{kind}_counters.parquet" for kind in ("item", "advertiser", "category", "surface_item",
+                                                                  "user")}
+
+
+def write_counters(dataset: DatasetHandle, out: Path, at: dt.datetime) -> dict[str, Path]:
+    """One source per key kind of gem.features.counters: every entity's counts (and the
+    log's) as an example at ``at`` would read them, stamped ``at`` (the online store
+    serves them; training reads the same counts from the features shards)."""
+    import numpy as np
+
+    from gem.features.counters import LABELLED_COLUMNS, NO_TIME, latest_counts
+    from gem.features.plan import dataset_days, to_us
+    from gem.features.staging import micros, read_day
+
+    at_us = to_us(at)
+    tables = [t for t in (read_day(dataset.root, d) for d in dataset_days(dataset.root)) if t is not None]
+    events = pa.concat_tables(tables, promote_options="permissive") if tables else None
+    surfaces = sorted(set(events.column("surface").to_pylist())) if events is not None else []
+    rows = {c: np.zeros(0, np.int64) for c in LABELLED_COLUMNS}
+    if events is not None:
+        event_time = micros(events.column("event_time"))
+        click_time = events.column("click_time").cast(TIMESTAMP).cast(pa.int64()).fill_null(0).to_numpy()
+        conversion = events.column("conversion_time").cast(TIMESTAMP).cast(pa.int64())
+        rows = {"user_id": events.column("user_id").to_numpy(), "item_raw": events.column("item_id").to_numpy(),
+                "surface": np.searchsorted(np.array(surfaces, dtype=object), events.column("surface").to_numpy(
+                    zero_copy_only=False)).astype(np.int64),
+                "event_id": events.column("event_id").to_numpy(), "event_time": event_time,
+                "is_ad": events.column("is_ad").to_numpy(zero_copy_only=False).astype(np.int8),
+                "click": events.column("click").to_numpy(), "click_known": np.maximum(event_time, click_time),
+                "conversion": events.column("conversion").to_numpy(),
+                "conversion_time": conversion.fill_null(NO_TIME).to_numpy(zero_copy_only=False),
+                "example": np.zeros(len(event_time), bool)}
+    written = {}
+    for kind, columns in latest_counts(rows, dataset.root / ITEMS_FILE, at_us).items():
+        if "surface" in columns:
+            columns["surface"] = np.array(surfaces, dtype=object)[columns["surface"]] if surfaces else \
+                np.zeros(0, dtype=object)
+        n = len(next(iter(columns.values())))
+        table = pa.table({**columns, "event_timestamp": pa.array([at] * n, type=TIMESTAMP)})
+        written[f"counters_{kind}"] = out / COUNTER_SOURCES[kind]
+        write_parquet_atomic(table, written[f"counters_{kind}"])
     return written
 
 

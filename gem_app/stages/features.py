@@ -166,7 +166,7 @@ def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext, data_
     with tracked(ctx, "feast", tags={tracking.TAG_FEATURE_VIEWS: "user_attributes,item_attributes,recent_behavior"}):
         repo = copy_repo(None, Path(repo_dir), env=env)
         mlflow.log_param("feast_env", env)
-        export(dataset, repo)
+        export(dataset, repo, counters_at=parse_utc(end))
         apply(repo, definitions_repo=resolve_repo(None))
         store = materialize(repo, end=parse_utc(end))
         views = sorted(v.name for v in store.list_feature_views())

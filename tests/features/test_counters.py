@@ -184,3 +184,37 @@ def test_counters_reach_the_models_as_dense_features(tied_features):
 def test_a_build_without_counters_keeps_the_old_dense_features(conv_features):
     spec = FeatureLoader(conv_features, batch_size=8).spec
     assert not any(name.startswith("cnt_") for name in spec.dense) and len(spec.dense) == 6
+
+
+def test_feast_serves_each_entitys_latest_counts(tied_dataset, tmp_path):
+    """The online store, materialized at the window end, serves every kind's counts as an
+    example at that instant would read them (a brute-force recount at the same time)."""
+    from gem.data.contract import Manifest
+    from gem.features.feast_repo import DEFAULT_REPO, apply, copy_repo, materialize
+    from gem.features.feast_sources import export
+
+    end = Manifest.read(tied_dataset).end
+    repo = copy_repo(DEFAULT_REPO, tmp_path / "repo")
+    export(tied_dataset, repo, recent_k=4, parts=("users", "items", "counters"))
+    apply(repo, definitions_repo=DEFAULT_REPO)
+    store = materialize(repo, end=end)
+    events = raw_events(tied_dataset)
+    items = pq.read_table(tied_dataset / "items.parquet").to_pandas()[["item_id", "advertiser_id", "category_id"]]
+    ads = events[events["is_ad"]]
+    at = pd.Series({"event_time": int(end.timestamp() * 1_000_000)})
+    rows = ads.sample(12, random_state=1)
+    for _, row in rows.iterrows():
+        want = brute_counts(events, items, pd.concat([at, row[["item_id", "user_id", "surface"]]]))
+        attrs = items.set_index("item_id").loc[int(row["item_id"])]
+        keys = {"item": {"item_id": int(row["item_id"])}, "user": {"user_id": int(row["user_id"])},
+                "advertiser": {"advertiser_id": int(attrs["advertiser_id"])},
+                "category": {"category_id": int(attrs["category_id"])},
+                "surface_item": {"surface": row["surface"], "item_id": int(row["item_id"])}}
+        for kind, entity in keys.items():
+            names = [count_column(kind, h, s) for h in HORIZONS for s in SIGNALS]
+            names += [count_column(GLOBAL, "all", s) for s in SIGNALS]
+            got = store.get_online_features(features=[f"{kind}_counters:{n}" for n in names],
+                                            entity_rows=[entity]).to_dict()
+            for name in names:
+                assert got[name][0] == want[name], (kind, entity, name, got[name][0], want[name])
+    assert want[count_column("item", "all", "clicks")] >= 0 and want[count_column(GLOBAL, "all", "clicks")] > 0
