@@ -22,7 +22,8 @@ def _view(kind: str, entities: list, doc: str) -> FeatureView:
     source = FileSource(name=f"{kind}_counters_source", path=f"data/{kind}_counters.parquet",
                         timestamp_field="event_timestamp", description=f"{doc}: counts as of the export.")
     fields = [Field(name=f"n_{kind}_{h}_{s}", dtype=Int64) for h in HORIZONS for s in SIGNALS]
-    fields += [Field(name=f"n_global_all_{s}", dtype=Int64) for s in SIGNALS]  # the prior of the smoothed rates
+    # the log's own counts: the prior of the smoothed rates and the traffic the shares divide by
+    fields += [Field(name=f"n_global_{h}_{s}", dtype=Int64) for h in HORIZONS for s in SIGNALS]
     return FeatureView(name=f"{kind}_counters", entities=entities, ttl=timedelta(0), schema=fields, source=source,
                        online=True, tags={"kind": "counters", "note": "online serving; training reads the shards"})
 

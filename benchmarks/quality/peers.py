@@ -71,7 +71,7 @@ from benchmarks.quality.runs import (
 )
 from benchmarks.quality.sequence_peers import SEQUENCE_MODELS, SequenceRun
 from benchmarks.quality.store import ExampleStore, take, user_hash_fraction
-from gem.features.counters import COUNTER_PREFIX, item_rate
+from gem.features.counters import COUNTER_PREFIX, HORIZONS
 
 PEERS = ("item_ctr", "lr_ids", "fuxictr_dnn", "fuxictr_dcnv2", "fuxictr_wukong", "fuxictr_din", "bst", "hstu")
 REFERENCES = ("dlrm_baseline",)  # GEM's own ablation (history mean-pooled, an MLP): not one of the peers
@@ -227,17 +227,15 @@ def _run_shallow(model: str, store: ExampleStore, rows: dict[str, np.ndarray], l
     elif counters:  # label-blind histories: of the dense features, the counters carry labels
         ex.numeric = store.dense[:, counters].astype(np.float64)
     parts = {p: take(ex, rows[p]) for p in ("train", "validation", "test")}
-    values = LR_IDS_C if model == "lr_ids" else ITEM_CTR_PRIOR
+    values = LR_IDS_C if model == "lr_ids" else tuple(HORIZONS) if counters else ITEM_CTR_PRIOR
     if model == "lr_ids":
         def fit(v, part):
             return baselines.lr_ids(parts["train"], parts[part], C=v)
-    elif counters:  # the item's click rate so far, from the counters the deep models read
+    elif counters:  # the item's click rate so far in a horizon, from the counters the deep models read
         dense = list(store.spec.dense)
-        columns = [dense.index(f"cnt_item_all_{s}") for s in ("log_impressions", "ctr_logit")]
-        columns.append(dense.index("cnt_global_all_ctr_logit"))
 
         def fit(v, part):
-            return item_rate(*(store.dense[rows[part], c] for c in columns), prior_weight=v)
+            return 1.0 / (1.0 + np.exp(-store.dense[rows[part], dense.index(f"cnt_item_{v}_ctr_logit")]))
     else:
         def fit(v, part):
             return baselines.item_ctr(parts["train"], parts[part], prior_weight=v)
@@ -246,13 +244,22 @@ def _run_shallow(model: str, store: ExampleStore, rows: dict[str, np.ndarray], l
     best = max(values, key=lambda v: val_auc[v])
     pred = fit(best, "test")
     seconds = time.perf_counter() - start
-    name = "C" if model == "lr_ids" else "prior_weight"
-    config = f"{name}={best:g}" + (" one-hot user+item, liblinear" if model == "lr_ids" else
-                                   " item rate so far (counters)" if counters else " train-window item rate")
+    name = "C" if model == "lr_ids" else "horizon" if counters else "prior_weight"
+    config = (f"C={best:g} one-hot user+item, liblinear" if model == "lr_ids" else
+              f"the item's smoothed click rate so far over {best}" if counters else
+              f"prior_weight={best:g}, train-window item rate")
     result = {"test_pred": pred, "val_auc": val_auc[best], "seconds": seconds, "seed": 0, "config": config,
               "examples_per_s": len(rows["train"]) * len(values) / max(seconds, 1e-9)}
     return {"seeds": [result], "selected": {"point": {name: best},
-                                            "grid_val_auc": {f"{name}={v:g}": a for v, a in val_auc.items()}}}
+                                            "grid_val_auc": {f"{name}={_text(v)}": a for v, a in val_auc.items()}}}
+
+
+def _item_ctr_grid(args) -> str:
+    return f"horizon in {list(HORIZONS)}" if getattr(args, "counters", False) else f"prior in {list(ITEM_CTR_PRIOR)}"
+
+
+def _text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 # ---- figures ----
@@ -283,6 +290,7 @@ def figures(results: dict[str, dict], labels: np.ndarray, users: np.ndarray, *, 
             "val_auc_by_seed": [r["val_auc"] for r in res["seeds"]],
             "best_epoch_by_seed": [r.get("best_epoch") for r in res["seeds"]],
             "examples_per_s": float(np.mean([r["examples_per_s"] for r in res["seeds"]])),
+            "flops_per_example": res["seeds"][0].get("flops_per_example"),
             "train_seconds": float(sum(r["seconds"] for r in res["seeds"])),
             "config": res["seeds"][0]["config"], "selected": res["selected"],
         }
@@ -334,9 +342,14 @@ def verdict(figs: dict) -> dict:
 
 # ---- per dataset ----
 
-def features_name(history: str, counters: bool = False) -> str:
-    """The features build's folder under a dataset's work folder."""
-    return ("features" if history == "blind" else f"features-{history}") + ("-counters" if counters else "")
+DEFAULT_SEQ_LEN = 64
+
+
+def features_name(history: str, counters: bool = False, max_seq_len: int = DEFAULT_SEQ_LEN) -> str:
+    """The features build's folder under a dataset's work folder (one per setting, so
+    builds of other settings run side by side)."""
+    return (("features" if history == "blind" else f"features-{history}") + ("-counters" if counters else "")
+            + (f"-L{max_seq_len}" if max_seq_len != DEFAULT_SEQ_LEN else ""))
 
 
 def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: bool = False,
@@ -376,7 +389,7 @@ def prepare(name: str, work: Path, *, max_seq_len: int, shared: Path, fresh: boo
         log(f"[quality/peers] {name}: features built in {time.perf_counter() - t0:.0f}s")
 
     key = {"data": data_digest, "config": dataclasses.asdict(cfg), "v": CACHE_VERSION}
-    features = work / features_name(history, counters)
+    features = work / features_name(history, counters, max_seq_len)
     built(features, key, build, fresh=fresh)
     return features, ""
 
@@ -547,7 +560,7 @@ def protocol_description(args) -> dict:
                       "searched on seed 0's validation AUC; the chosen point rerun "
                       f"on seeds 1..{args.seeds - 1}; up to {args.max_epochs} epochs, lr schedule {args.schedule} "
                       "over them, each seed keeps its best validation epoch; lr_ids C in "
-                      f"{list(LR_IDS_C)}, item_ctr prior in {list(ITEM_CTR_PRIOR)} on validation"),
+                      f"{list(LR_IDS_C)}, item_ctr " + _item_ctr_grid(args) + " on validation"),
         "order": "the train rows shuffled per (seed, epoch), the same order for every model",
         "intervals": f"95%: bootstrap over test users ({args.replicates} Poisson replicates); GEM minus each model "
                      "paired (same weights), averaged over seeds; *_std: spread over seeds (ddof=1)",

@@ -22,6 +22,7 @@ from benchmarks.quality import baselines
 from benchmarks.quality.store import ExampleStore
 
 CACHE_VERSION = 1
+FLOP_ROWS = 256  # the test rows whose forward FLOPs are counted (real histories, per example)
 
 @dataclass(frozen=True)
 class GridPoint:
@@ -100,6 +101,11 @@ class GemRun:
             losses.append(float(result.per_task[0]))
         return float(np.mean(losses))
 
+    def flops_per_example(self, rows: np.ndarray) -> float:
+        from gem.model.flops import batch_forward_flops
+
+        return batch_forward_flops(self.model, self.store.batch(rows)) / max(len(rows), 1)
+
     @torch.no_grad()
     def predict(self, rows: np.ndarray, batch_size: int) -> np.ndarray:
         from gem.training.step import eval_step
@@ -146,6 +152,13 @@ class FuxiRun:
             self.sched.step()
         return float(np.mean(losses))
 
+    def flops_per_example(self, rows: np.ndarray) -> float:
+        from gem.model.flops import count_forward_flops
+
+        self.model.eval()
+        batch = next(baselines.fuxictr_batches(self.examples, len(rows), shuffle=False, order=rows))
+        return count_forward_flops(lambda: self.model(batch)) / max(len(rows), 1)
+
     @torch.no_grad()
     def predict(self, rows: np.ndarray, batch_size: int) -> np.ndarray:
         self.model.eval()
@@ -178,7 +191,7 @@ def fit_deep(make: Callable[[int], object], rows: dict[str, np.ndarray], labels:
     seconds = time.perf_counter() - start
     return {"curve": curve, "best_epoch": best_epoch, "val_auc": best, "test_pred": test_pred,
             "seconds": seconds, "examples_per_s": seen / sum(c["train_seconds"] for c in curve),
-            "config": run.config}
+            "config": run.config, "flops_per_example": run.flops_per_example(rows["test"][:FLOP_ROWS])}
 
 
 # ---- the cache ----

@@ -127,7 +127,7 @@ def gem_flops(args, dataset: str, sizes: dict) -> float:
     label = Path(dataset).name if Path(dataset).is_dir() else dataset
     from benchmarks.quality.peers import features_name
 
-    spec = load_feature_spec(Path(args.work_dir) / label / features_name(args.history, args.counters))
+    spec = load_feature_spec(Path(args.work_dir) / label / features_name(args.history, args.counters, args.max_seq_len))
     _, model_cfg = load_train_config(args.train_preset, [f"model_preset={args.model_preset}", "model.arch=gem",
                                                          *[f"model.{o}" for o in args.model_set]])
     model = build_model(model_cfg, spec)

@@ -195,6 +195,13 @@ class SequenceRun:
             losses.append(float(loss.detach()))
         return float(np.mean(losses)) if losses else math.nan
 
+    def flops_per_example(self, rows: np.ndarray) -> float:
+        from gem.model.flops import count_forward_flops
+
+        self.model.eval()
+        batch = SequenceBatch(self.store, rows)
+        return count_forward_flops(lambda: self.model(batch)) / max(len(rows), 1)
+
     @torch.no_grad()
     def predict(self, rows: np.ndarray, batch_size: int) -> np.ndarray:
         self.model.eval()

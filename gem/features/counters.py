@@ -43,12 +43,15 @@ GLOBAL = "global"  # one key for the whole log: the prior of the smoothed rates
 # pseudo-impressions (clicks) at the log's rate so far that every click (conversion) rate starts from
 CTR_PRIOR_WEIGHT = 10.0
 CVR_PRIOR_WEIGHT = 10.0
-STATS = ("log_impressions", "ctr_logit", "cvr_logit")
+# impressions per million of the log's in the same horizon (traffic moves, shares less: an
+# absolute count of a key only grows, so a model trained on earlier counts meets larger
+# ones later), and the smoothed click and conversion rates as log-odds
+STATS = ("per_million", "ctr_logit", "cvr_logit")
 GLOBAL_STATS = ("ctr_logit", "cvr_logit")
 
 
 def kind_horizons(kind: str) -> tuple[str, ...]:
-    return ("all",) if kind == GLOBAL else tuple(HORIZONS)
+    return tuple(HORIZONS)
 
 
 def count_column(kind: str, horizon: str, signal: str) -> str:
@@ -137,9 +140,10 @@ def counts_for_kind(kind: str, labelled: dict[str, np.ndarray], label_keys: list
 
 def counter_features(counts: dict[str, np.ndarray]) -> np.ndarray:
     """float32 (B, len(COUNTER_FEATURES)) from the count columns: per kind and horizon
-    log1p(impressions) and the log-odds of the click rate shrunk to the log's rate so far
-    with CTR_PRIOR_WEIGHT pseudo-impressions, and of the conversion rate per click the same
-    way; then the log-odds of the log's own click and conversion rates so far."""
+    log1p(impressions per million of the log's in that horizon) and the log-odds of the
+    click rate shrunk to the log's rate so far with CTR_PRIOR_WEIGHT pseudo-impressions,
+    and of the conversion rate per click the same way; then the log-odds of the log's own
+    click and conversion rates so far."""
     g = {s: counts[count_column(GLOBAL, "all", s)].astype(np.float64) for s in SIGNALS}
     ctr0 = (g["clicks"] + 1.0) / (g["impressions"] + 2.0)
     cvr0 = (g["conversions"] + 1.0) / (g["clicks"] + 2.0)
@@ -147,7 +151,8 @@ def counter_features(counts: dict[str, np.ndarray]) -> np.ndarray:
     for kind in KINDS:
         for h in HORIZONS:
             imp, clk, conv = (counts[count_column(kind, h, s)].astype(np.float64) for s in SIGNALS)
-            columns += [np.log1p(imp),
+            traffic = counts[count_column(GLOBAL, h, "impressions")].astype(np.float64)
+            columns += [np.log1p(1e6 * imp / np.maximum(traffic, 1.0)),
                         logit((clk + CTR_PRIOR_WEIGHT * ctr0) / (imp + CTR_PRIOR_WEIGHT)),
                         logit((conv + CVR_PRIOR_WEIGHT * cvr0) / (clk + CVR_PRIOR_WEIGHT))]
     columns += [logit(ctr0), logit(cvr0)]
@@ -157,18 +162,6 @@ def counter_features(counts: dict[str, np.ndarray]) -> np.ndarray:
 def logit(p: np.ndarray) -> np.ndarray:
     p = np.clip(p, 1e-6, 1 - 1e-6)  # a smoothed rate is inside (0, 1); the clip only guards rounding
     return np.log(p) - np.log1p(-p)
-
-
-def item_rate(log_impressions: np.ndarray, ctr_logit: np.ndarray, global_ctr_logit: np.ndarray,
-              prior_weight: float) -> np.ndarray:
-    """The click rate of a key from its counter features, shrunk to the log's rate with
-    ``prior_weight`` pseudo-impressions instead of CTR_PRIOR_WEIGHT (the item_ctr baseline
-    picks its weight on validation from the same features the models read)."""
-    imp = np.expm1(log_impressions.astype(np.float64))
-    ctr0 = 1.0 / (1.0 + np.exp(-global_ctr_logit.astype(np.float64)))
-    smoothed = 1.0 / (1.0 + np.exp(-ctr_logit.astype(np.float64)))
-    clicks = np.clip(smoothed * (imp + CTR_PRIOR_WEIGHT) - CTR_PRIOR_WEIGHT * ctr0, 0.0, imp)
-    return (clicks + prior_weight * ctr0) / (imp + prior_weight)
 
 
 # ---- the build's counter jobs ----

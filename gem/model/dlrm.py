@@ -16,7 +16,8 @@ class DLRMBaseline(RankingModel):
         super().__init__()
         self.cfg, self.spec = cfg.validate(), spec
         dim = cfg.embedding_dim
-        self.inputs = InputArch(spec, dim, cfg.age_buckets, cfg.item_features, cfg.first_order)
+        self.inputs = InputArch(spec, dim, cfg.age_buckets, cfg.item_features, cfg.first_order, cfg.counter_norm,
+                                cfg.counter_wide)
         self.two_tower = TwoTower(self.inputs.user_in_dim, self.inputs.item_in_dim, cfg.encode_dim)
         self.heads = MultiTaskHeads(
             (self.inputs.num_tokens + 1) * dim, cfg.dlrm_over_hidden, cfg.tower_hidden,

@@ -86,6 +86,15 @@ def batch_forward_flops(model: nn.Module, batch: Batch) -> int:
     return int(counter.get_total_flops())
 
 
+def count_forward_flops(forward) -> int:
+    """FLOPs of ``forward()`` (any model: the jagged attention op's real work counted, as
+    for GEM), without gradients."""
+    _counting_backend()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        forward()
+    return int(counter.get_total_flops())
+
+
 def forward_flops_per_example(model: nn.Module, batch_size: int = 64, mean_len: float | None = None,
                               seed: int = 0) -> float:
     """Forward FLOPs per example on a synthetic batch with histories of ``mean_len``

@@ -23,7 +23,8 @@ class GEM(RankingModel):
         super().__init__()
         self.cfg, self.spec = cfg.validate(), spec
         dim = cfg.embedding_dim
-        self.inputs = InputArch(spec, dim, cfg.age_buckets, cfg.item_features, cfg.first_order)
+        self.inputs = InputArch(spec, dim, cfg.age_buckets, cfg.item_features, cfg.first_order, cfg.counter_norm,
+                                cfg.counter_wide)
         self.cls_tokens = nn.Parameter(torch.randn(cfg.num_cls_tokens, dim) * 0.02) if cfg.num_cls_tokens else None
         num_out = cfg.fm_tokens + cfg.lcb_tokens
         self.layers = nn.ModuleList(

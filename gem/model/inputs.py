@@ -42,7 +42,7 @@ class Inputs:
 
 class InputArch(nn.Module):
     def __init__(self, spec: FeatureSpec, dim: int, age_buckets: int, item_features: list[str] | None,
-                 first_order: bool = False) -> None:
+                 first_order: bool = False, counter_norm: bool = True, counter_wide: bool = False) -> None:
         super().__init__()
         self.sparse = SparseArch(spec, dim, age_buckets, first_order)
         groups = dense_groups(list(spec.dense))
@@ -51,9 +51,14 @@ class InputArch(nn.Module):
         for i, group in enumerate(groups):
             self.register_buffer(f"dense_group_{i}", torch.tensor(group, dtype=torch.long), persistent=False)
         # one token per key kind of the point-in-time counters: rates and counts relate to
-        # the label through a curve (log-odds, saturation), so a small MLP, not a projection
+        # the label through a curve (log-odds, saturation), so a small MLP, not a projection;
+        # counts of popular keys run to log1p ~10, so each kind's inputs are batch-normalised
         self.counter_proj = nn.ModuleList(
-            nn.Sequential(nn.Linear(len(g), dim), nn.SiLU(), nn.Linear(dim, dim)) for g in groups[1:])
+            nn.Sequential(nn.BatchNorm1d(len(g)) if counter_norm else nn.Identity(), nn.Linear(len(g), dim),
+                          nn.SiLU(), nn.Linear(dim, dim)) for g in groups[1:])
+        # the wide part: a linear term of the (normalised) counters in the click logit
+        counted = sum(len(g) for g in groups[1:])
+        self.counter_wide = nn.Linear(counted, 1) if counter_wide and counted else None
         self.surface_embedding = nn.Embedding(len(spec.surfaces), dim)
         keys = list(spec.sparse)
         items = item_keys(spec, item_features)
@@ -69,8 +74,8 @@ class InputArch(nn.Module):
         x_BFD, seq_ND = self.sparse(batch)
         batch_size, _, dim = x_BFD.shape
         dense = batch.dense[:, self.dense_group_0] if self.num_dense else batch.dense.new_zeros(batch_size, 1)
-        counters = [proj(batch.dense[:, getattr(self, f"dense_group_{i + 1}")])[:, None, :]
-                    for i, proj in enumerate(self.counter_proj)]
+        kinds = [batch.dense[:, getattr(self, f"dense_group_{i + 1}")] for i in range(len(self.counter_proj))]
+        counters = [proj(x)[:, None, :] for proj, x in zip(self.counter_proj, kinds)]
         tokens = torch.cat(
             [x_BFD, self.dense_proj(dense)[:, None, :], self.surface_embedding(batch.surface)[:, None, :], *counters],
             dim=1)
@@ -80,4 +85,9 @@ class InputArch(nn.Module):
         pooled = pooled / lengths_of(offsets).clamp(min=1)[:, None].to(pooled.dtype)
         user_in = torch.cat([x_BFD[:, self.user_idx].flatten(1), pooled], dim=1)
         item_in = x_BFD[:, self.item_idx].flatten(1)
-        return Inputs(tokens, seq_ND, offsets, pooled, user_in, item_in, self.sparse.first_order(batch))
+        bias = self.sparse.first_order(batch)
+        if self.counter_wide is not None:
+            normed = torch.cat([proj[0](x) for proj, x in zip(self.counter_proj, kinds)], dim=1)
+            wide = self.counter_wide(normed)[:, 0]
+            bias = wide if bias is None else bias + wide
+        return Inputs(tokens, seq_ND, offsets, pooled, user_in, item_in, bias)

@@ -22,7 +22,7 @@ def rich(tmp_path_factory):
     simulate(SimulatorConfig(users=600, items=200, days=4, seed=1, workers=1), root / "sim", progress=False)
     features, skipped = peers.prepare(str(root / "sim"), root / "work" / "sim", max_seq_len=16, shared=root,
                                       history="labels")
-    assert skipped == "" and features.name == "features-labels"
+    assert skipped == "" and features.name == "features-labels-L16"
     store = peers.ExampleStore.from_features(features)
     parts, _ = peers.split_parts(store, quantiles=(0.8, 0.9))
     rows = {p: np.flatnonzero(parts == p) for p in ("train", "validation", "test")}
@@ -201,27 +201,25 @@ def test_scaling_run_writes_the_curve_the_rich_protocol_and_a_plot(rich, tmp_pat
 
 def test_counters_reach_every_model_and_the_simple_baselines(rich):
     """--counters on: the build's counters are dense features of every row; item_ctr is
-    the item's click rate so far from those same features (its prior weight chosen on
-    validation); lr_ids reads them as extra columns beside its one-hot ids."""
+    the item's click rate so far from those same features (what it chooses on
+    validation: its horizon); lr_ids reads them as extra columns beside its one-hot ids."""
     from benchmarks.quality import peers
-    from gem.features.counters import COUNTER_FEATURES, item_rate
+    from gem.features.counters import COUNTER_FEATURES
 
     root, _, _ = rich
     features, _ = peers.prepare(str(root / "sim"), root / "work" / "sim", max_seq_len=16, shared=root,
                                 history="blind", counters=True)
-    assert features.name == "features-counters"
+    assert features.name == "features-counters-L16"
     store = peers.ExampleStore.from_features(features)
     assert [n for n in store.spec.dense if n.startswith("cnt_")] == list(COUNTER_FEATURES)
     parts, _ = peers.split_parts(store, quantiles=(0.8, 0.9))
     rows = {p: np.flatnonzero(parts == p) for p in ("train", "validation", "test")}
     labels = store.labels[:, 0]
     out = peers._run_shallow("item_ctr", store, rows, labels)
-    weight = out["selected"]["point"]["prior_weight"]
-    dense = list(store.spec.dense)
-    cols = [dense.index(n) for n in ("cnt_item_all_log_impressions", "cnt_item_all_ctr_logit",
-                                     "cnt_global_all_ctr_logit")]
-    want = item_rate(*(store.dense[rows["test"], c] for c in cols), prior_weight=weight)
-    np.testing.assert_allclose(out["seeds"][0]["test_pred"], want)
+    horizon = out["selected"]["point"]["horizon"]
+    logit = store.dense[rows["test"], list(store.spec.dense).index(f"cnt_item_{horizon}_ctr_logit")]
+    np.testing.assert_allclose(out["seeds"][0]["test_pred"], 1 / (1 + np.exp(-logit)))
+    assert set(out["selected"]["grid_val_auc"]) == {f"horizon={h}" for h in ("1d", "7d", "30d", "all")}
     assert "so far" in out["seeds"][0]["config"]
     lr = peers._run_shallow("lr_ids", store, rows, labels)
     assert baselines.auc(labels[rows["test"]], lr["seeds"][0]["test_pred"]) > 0.5
@@ -240,3 +238,27 @@ def test_rare_ids_map_to_unknown_with_a_minimum_train_count(rich):
     rare = (counts[store.sparse[:, user]] < 5) & (counts[store.sparse[:, user]] > 0)
     assert rare.any() and (kept[rare] == 0).all() and (once.sparse[rare, user] > 0).all()
     assert shares_5["user_id"] > shares_1["user_id"]
+
+
+def test_length_curve_pairs_gains_over_the_same_test_rows():
+    from benchmarks.quality.lengths import length_curve
+
+    rng = np.random.default_rng(2)
+    n = 4000
+    labels = (rng.random(n) < 0.5).astype(float)
+    users = rng.integers(0, 300, n)
+    noise = rng.normal(size=n)
+    results = []
+    for length, (gem, bst) in {16: (0.4, 0.4), 64: (0.5, 0.5), 256: (0.9, 0.55)}.items():
+        preds = {"gem": [labels * gem + noise], "bst": [labels * bst + noise]}
+        figs = {m: {"auc": baselines.auc(labels, p[0]), "examples_per_s": 100.0 / length,
+                    "flops_per_example": 1e4 * length} for m, p in preds.items()}
+        results.append({"unit": {"point": str(length)}, "labels": labels, "users": users, "predictions": preds,
+                        "figs": figs, "sizes": {"history_len_mean": {"test": min(length, 50)}}})
+    out = length_curve(results[::-1], replicates=200)  # any order in, sorted by length out
+    assert out["lengths"] == [16, 64, 256]
+    gem = out["models"]["gem"]
+    assert gem["flops_per_example"] == [1.6e5, 6.4e5, 2.56e6] and len(gem["gain"]) == 2
+    assert gem["gain"][1]["from"] == 64 and gem["gain"][1]["lo"] > 0  # 64 -> 256 helps GEM, clearly
+    assert out["gem_gain_64_256_minus"]["bst"]["lo"] > 0 and out["gem_gains_at_least_best_peer"]
+    assert out["best_peer_gain_64_256"]["model"] == "bst"

@@ -230,3 +230,35 @@ def test_target_attention_token_reads_the_history_for_the_target(spec):
     offsets = torch.tensor([0, 2, 2, 3])
     pooled = target_pool(values, offsets, torch.tensor([[50.0, 0.0], [1.0, 1.0], [1.0, 0.0]]))
     torch.testing.assert_close(pooled, torch.tensor([[1.0, 0.0], [0.0, 0.0], [5.0, 5.0]]), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["gem", "dlrm"])
+@pytest.mark.parametrize("wide", [False, True])
+def test_counters_are_one_token_per_key_kind(spec, arch, wide):
+    """Dense features named cnt_<kind>_<horizon>_<stat> become one token per kind (batch-
+    normalised, a small MLP); with counter_wide also a linear term of the click logit.
+    Each kind's token moves the prediction; every parameter gets a gradient."""
+    import dataclasses
+
+    from gem.data.batch import dense_groups
+    from gem.features.counters import COUNTER_FEATURES
+
+    counted = dataclasses.replace(spec, dense=list(spec.dense) + list(COUNTER_FEATURES))
+    assert [len(g) for g in dense_groups(counted.dense)] == [len(spec.dense), 12, 12, 12, 12, 12, 2]
+    plain = build_model(load_model_config("tiny", [f"arch={arch}"]), spec)
+    model = build_model(load_model_config("tiny", [f"arch={arch}", f"counter_wide={str(wide).lower()}"]), counted)
+    assert model.inputs.num_tokens == plain.inputs.num_tokens + 6
+    batch = synthetic_batch(counted, 16)
+    batch.dense = torch.randn(16, len(counted.dense))
+    out = model(batch)
+    loss, _ = multitask_loss(out, batch.labels)
+    loss.backward()
+    assert [n for n, p in model.named_parameters() if p.grad is None] == []
+    model.eval()
+    item = counted.dense.index("cnt_item_all_ctr_logit")
+    moved = batch.dense.clone()
+    moved[:, item] += 3.0
+    before = model(batch).logits
+    batch.dense = moved
+    assert not torch.allclose(model(batch).logits, before)
+    assert (model.inputs.counter_wide is not None) == wide
