@@ -235,7 +235,9 @@ def _run_shallow(model: str, store: ExampleStore, rows: dict[str, np.ndarray], l
         dense = list(store.spec.dense)
 
         def fit(v, part):
-            return 1.0 / (1.0 + np.exp(-store.dense[rows[part], dense.index(f"cnt_item_{v}_ctr_logit")]))
+            lift, base = (store.dense[rows[part], dense.index(n)] for n in (f"cnt_item_{v}_ctr_lift",
+                                                                            "cnt_global_all_ctr_logit"))
+            return 1.0 / (1.0 + np.exp(-(lift + base)))
     else:
         def fit(v, part):
             return baselines.item_ctr(parts["train"], parts[part], prior_weight=v)

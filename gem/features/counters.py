@@ -43,10 +43,22 @@ GLOBAL = "global"  # one key for the whole log: the prior of the smoothed rates
 # pseudo-impressions (clicks) at the log's rate so far that every click (conversion) rate starts from
 CTR_PRIOR_WEIGHT = 10.0
 CVR_PRIOR_WEIGHT = 10.0
-# impressions per million of the log's in the same horizon (traffic moves, shares less: an
-# absolute count of a key only grows, so a model trained on earlier counts meets larger
-# ones later), and the smoothed click and conversion rates as log-odds
-STATS = ("per_million", "ctr_logit", "cvr_logit")
+# Features: popularity as a share of the log's impressions, not a count (an absolute count
+# of a key only grows and traffic moves: a model trained on earlier counts met larger or
+# sparser ones on a later window): over all time the key's impressions per million of the
+# log's (``share``); in a window, the log-ratio of the key's share there, shrunk to its
+# all-time share with TREND_PRIOR_TRAFFIC pseudo-impressions of traffic, to that all-time
+# share (``trend``: 0 where the window says nothing, e.g. a sparse day); and the smoothed
+# click and conversion rates as log-odds over the log's own (``ctr_lift``, ``cvr_lift``).
+TREND_PRIOR_TRAFFIC = 1000.0
+TREND_CLIP = 3.0  # a window's share 20x its all-time share or more reads the same: bursts stay bounded
+
+
+def horizon_stats(horizon: str) -> tuple[str, ...]:
+    return ("share" if horizon == "all" else "trend", "ctr_lift", "cvr_lift")
+
+
+
 GLOBAL_STATS = ("ctr_logit", "cvr_logit")
 
 
@@ -59,7 +71,7 @@ def count_column(kind: str, horizon: str, signal: str) -> str:
 
 
 COUNT_COLUMNS = tuple(count_column(k, h, s) for k in (*KINDS, GLOBAL) for h in kind_horizons(k) for s in SIGNALS)
-COUNTER_FEATURES = (*(f"cnt_{k}_{h}_{stat}" for k in KINDS for h in HORIZONS for stat in STATS),
+COUNTER_FEATURES = (*(f"cnt_{k}_{h}_{stat}" for k in KINDS for h in HORIZONS for stat in horizon_stats(h)),
                     *(f"cnt_{GLOBAL}_all_{stat}" for stat in GLOBAL_STATS))
 COUNTER_PREFIX = "cnt_"
 
@@ -139,23 +151,34 @@ def counts_for_kind(kind: str, labelled: dict[str, np.ndarray], label_keys: list
 
 
 def counter_features(counts: dict[str, np.ndarray]) -> np.ndarray:
-    """float32 (B, len(COUNTER_FEATURES)) from the count columns: per kind and horizon
-    log1p(impressions per million of the log's in that horizon) and the log-odds of the
-    click rate shrunk to the log's rate so far with CTR_PRIOR_WEIGHT pseudo-impressions,
-    and of the conversion rate per click the same way; then the log-odds of the log's own
-    click and conversion rates so far."""
+    """float32 (B, len(COUNTER_FEATURES)) from the count columns (the features are named
+    above): per kind and horizon the popularity (``share`` over all time, ``trend`` in a
+    window), the click rate shrunk to the log's rate so far with CTR_PRIOR_WEIGHT
+    pseudo-impressions as log-odds over the log's rate (0: no evidence either way), the
+    conversion rate per click the same way; then the log-odds of the log's own click and
+    conversion rates so far. Conversion features are 0 until the log has a conversion."""
     g = {s: counts[count_column(GLOBAL, "all", s)].astype(np.float64) for s in SIGNALS}
     ctr0 = (g["clicks"] + 1.0) / (g["impressions"] + 2.0)
     cvr0 = (g["conversions"] + 1.0) / (g["clicks"] + 2.0)
+    converted = g["conversions"] > 0  # before the log's first conversion the conversion features are 0
     columns = []
     for kind in KINDS:
+        seen = counts[count_column(kind, "all", "impressions")].astype(np.float64)
+        share = seen / np.maximum(g["impressions"], 1.0)
         for h in HORIZONS:
             imp, clk, conv = (counts[count_column(kind, h, s)].astype(np.float64) for s in SIGNALS)
-            traffic = counts[count_column(GLOBAL, h, "impressions")].astype(np.float64)
-            columns += [np.log1p(1e6 * imp / np.maximum(traffic, 1.0)),
-                        logit((clk + CTR_PRIOR_WEIGHT * ctr0) / (imp + CTR_PRIOR_WEIGHT)),
-                        logit((conv + CVR_PRIOR_WEIGHT * cvr0) / (clk + CVR_PRIOR_WEIGHT))]
-    columns += [logit(ctr0), logit(cvr0)]
+            if h == "all":
+                popularity = np.log1p(1e6 * share)
+            else:
+                traffic = counts[count_column(GLOBAL, h, "impressions")].astype(np.float64)
+                recent = (imp + TREND_PRIOR_TRAFFIC * share) / (traffic + TREND_PRIOR_TRAFFIC)
+                ratio = np.log(np.maximum(recent, 1e-12) / np.maximum(share, 1e-12))
+                popularity = np.where(seen > 0, np.clip(ratio, -TREND_CLIP, TREND_CLIP), 0.0)
+            columns += [popularity,
+                        logit((clk + CTR_PRIOR_WEIGHT * ctr0) / (imp + CTR_PRIOR_WEIGHT)) - logit(ctr0),
+                        np.where(converted, logit((conv + CVR_PRIOR_WEIGHT * cvr0) / (clk + CVR_PRIOR_WEIGHT))
+                                 - logit(cvr0), 0.0)]
+    columns += [logit(ctr0), np.where(converted, logit(cvr0), 0.0)]
     return np.stack(columns, axis=1).astype(np.float32)
 
 

@@ -217,8 +217,10 @@ def test_counters_reach_every_model_and_the_simple_baselines(rich):
     labels = store.labels[:, 0]
     out = peers._run_shallow("item_ctr", store, rows, labels)
     horizon = out["selected"]["point"]["horizon"]
-    logit = store.dense[rows["test"], list(store.spec.dense).index(f"cnt_item_{horizon}_ctr_logit")]
-    np.testing.assert_allclose(out["seeds"][0]["test_pred"], 1 / (1 + np.exp(-logit)))
+    dense = list(store.spec.dense)
+    logit = store.dense[rows["test"], dense.index(f"cnt_item_{horizon}_ctr_lift")] + \
+        store.dense[rows["test"], dense.index("cnt_global_all_ctr_logit")]
+    np.testing.assert_allclose(out["seeds"][0]["test_pred"], 1 / (1 + np.exp(-logit)), rtol=1e-6)
     assert set(out["selected"]["grid_val_auc"]) == {f"horizon={h}" for h in ("1d", "7d", "30d", "all")}
     assert "so far" in out["seeds"][0]["config"]
     lr = peers._run_shallow("lr_ids", store, rows, labels)

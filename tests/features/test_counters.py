@@ -163,15 +163,20 @@ def test_counters_reach_the_models_as_dense_features(tied_features):
     stored = stored_counts(tied_features).loc[got.ids]
     dense = got.dense[:, len(loader.spec.dense) - len(COUNTER_FEATURES):]
     col = list(COUNTER_FEATURES)
-    traffic = np.maximum(stored[count_column(GLOBAL, "30d", "impressions")].to_numpy(), 1)
-    np.testing.assert_allclose(dense[:, col.index("cnt_item_30d_per_million")],
-                               np.log1p(1e6 * stored[count_column("item", "30d", "impressions")] / traffic), rtol=1e-5)
     g_imp, g_clk = (stored[count_column(GLOBAL, "all", s)].to_numpy() for s in SIGNALS[:2])
+    seen, imp1 = (stored[count_column("item", h, "impressions")].to_numpy().astype(float) for h in ("all", "1d"))
+    share = seen / np.maximum(g_imp, 1)
+    np.testing.assert_allclose(dense[:, col.index("cnt_item_all_share")], np.log1p(1e6 * share), rtol=1e-5)
+    traffic = stored[count_column(GLOBAL, "1d", "impressions")].to_numpy()
+    recent = (imp1 + 1000 * share) / (traffic + 1000)
+    trend = np.where(seen > 0, np.clip(np.log(np.maximum(recent, 1e-12) / np.maximum(share, 1e-12)), -3, 3), 0)
+    np.testing.assert_allclose(dense[:, col.index("cnt_item_1d_trend")], trend, rtol=1e-4, atol=1e-5)
+    assert (trend != 0).mean() > 0.5
     imp, clk = (stored[count_column("user", "7d", s)].to_numpy() for s in SIGNALS[:2])
     prior = (g_clk + 1.0) / (g_imp + 2.0)
     rate = (clk + 10 * prior) / (imp + 10)
-    np.testing.assert_allclose(dense[:, col.index("cnt_user_7d_ctr_logit")], np.log(rate / (1 - rate)), rtol=1e-4,
-                               atol=1e-5)
+    lift = np.log(rate / (1 - rate)) - np.log(prior / (1 - prior))
+    np.testing.assert_allclose(dense[:, col.index("cnt_user_7d_ctr_lift")], lift, rtol=1e-4, atol=1e-5)
     assert np.isfinite(dense).all() and len(KINDS) * len(HORIZONS) * 3 + 2 == dense.shape[1]
 
 

@@ -255,7 +255,7 @@ def test_counters_are_one_token_per_key_kind(spec, arch, wide):
     loss.backward()
     assert [n for n, p in model.named_parameters() if p.grad is None] == []
     model.eval()
-    item = counted.dense.index("cnt_item_all_ctr_logit")
+    item = counted.dense.index("cnt_item_all_ctr_lift")
     moved = batch.dense.clone()
     moved[:, item] += 3.0
     before = model(batch).logits
