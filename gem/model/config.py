@@ -50,9 +50,11 @@ class ModelConfig:
     # a first-order weight per id of every sparse key, summed into the click logit (the
     # linear part of a factorization machine: per-user and per-item biases)
     first_order: bool = False
-    # point-in-time counters (dense features cnt_*): each key kind's inputs batch-normalised
-    # before its token's MLP; counter_wide: also a linear term of them in the click logit
-    counter_norm: bool = True
+    # point-in-time counters (dense features cnt_*): counter_norm batch-normalises each key
+    # kind's inputs before its token's MLP (off: it scaled up features whose spread was
+    # small in the train window, and a later window's drift with them; docs/model-quality.md);
+    # counter_wide: also a linear term of them in the click logit
+    counter_norm: bool = False
     counter_wide: bool = False
     # Sparse keys treated as item-side in encode(); None: guessed from the key names.
     item_features: list[str] | None = None

@@ -42,7 +42,7 @@ class Inputs:
 
 class InputArch(nn.Module):
     def __init__(self, spec: FeatureSpec, dim: int, age_buckets: int, item_features: list[str] | None,
-                 first_order: bool = False, counter_norm: bool = True, counter_wide: bool = False) -> None:
+                 first_order: bool = False, counter_norm: bool = False, counter_wide: bool = False) -> None:
         super().__init__()
         self.sparse = SparseArch(spec, dim, age_buckets, first_order)
         groups = dense_groups(list(spec.dense))
@@ -51,8 +51,7 @@ class InputArch(nn.Module):
         for i, group in enumerate(groups):
             self.register_buffer(f"dense_group_{i}", torch.tensor(group, dtype=torch.long), persistent=False)
         # one token per key kind of the point-in-time counters: rates and counts relate to
-        # the label through a curve (log-odds, saturation), so a small MLP, not a projection;
-        # counts of popular keys run to log1p ~10, so each kind's inputs are batch-normalised
+        # the label through a curve (log-odds, saturation), so a small MLP, not a projection
         self.counter_proj = nn.ModuleList(
             nn.Sequential(nn.BatchNorm1d(len(g)) if counter_norm else nn.Identity(), nn.Linear(len(g), dim),
                           nn.SiLU(), nn.Linear(dim, dim)) for g in groups[1:])

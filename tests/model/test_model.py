@@ -246,7 +246,8 @@ def test_counters_are_one_token_per_key_kind(spec, arch, wide):
     counted = dataclasses.replace(spec, dense=list(spec.dense) + list(COUNTER_FEATURES))
     assert [len(g) for g in dense_groups(counted.dense)] == [len(spec.dense), 12, 12, 12, 12, 12, 2]
     plain = build_model(load_model_config("tiny", [f"arch={arch}"]), spec)
-    model = build_model(load_model_config("tiny", [f"arch={arch}", f"counter_wide={str(wide).lower()}"]), counted)
+    model = build_model(load_model_config("tiny", [f"arch={arch}", f"counter_wide={str(wide).lower()}",
+                                                 f"counter_norm={str(wide).lower()}"]), counted)
     assert model.inputs.num_tokens == plain.inputs.num_tokens + 6
     batch = synthetic_batch(counted, 16)
     batch.dense = torch.randn(16, len(counted.dense))
