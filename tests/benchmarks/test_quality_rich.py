@@ -264,3 +264,32 @@ def test_length_curve_pairs_gains_over_the_same_test_rows():
     assert gem["gain"][1]["from"] == 64 and gem["gain"][1]["lo"] > 0  # 64 -> 256 helps GEM, clearly
     assert out["gem_gain_64_256_minus"]["bst"]["lo"] > 0 and out["gem_gains_at_least_best_peer"]
     assert out["best_peer_gain_64_256"]["model"] == "bst"
+
+
+def test_slope_ablations_pair_every_variant_with_the_reference():
+    from benchmarks.quality.slope import VARIANTS, summarize, variant_units
+
+    units = variant_units("movielens1m", ["reference", "counters"], [0.125, 1.0])
+    assert [u.point for u in units][:2] == ["reference@1", "counters@1"]
+    assert "--counters" in next(u for u in units if u.point == "counters@0.125").argv
+    rng = np.random.default_rng(3)
+    n = 3000
+    labels = (rng.random(n) < 0.5).astype(float)
+    users = rng.integers(0, 200, n)
+    noise = rng.normal(size=n)
+    done = []
+    for variant, boost in (("reference", 0.0), ("counters", 0.6)):
+        for i, (fraction, rows) in enumerate(((0.125, 1000), (1.0, 8000))):
+            preds = {"gem": [labels * (0.4 + 0.3 * i + boost) + noise]}
+            done.append({"unit": {"part": "ablation", "point": f"{variant}@{fraction:g}"}, "labels": labels,
+                         "users": users, "predictions": preds,
+                         "sizes": {"train_examples_used": rows} if fraction < 1 else {"train_examples": rows},
+                         "figs": {"gem": {"val_auc_by_seed": [0.7 + i * 0.01 + boost / 10],
+                                          "selected": {"point": {"lr_scale": 1.0}}}}})
+    out = summarize(done, replicates=100)
+    assert set(out) == {"reference", "counters"} and out["counters"]["what"] == VARIANTS["counters"][0]
+    assert out["reference"]["train_rows"] == [1000, 8000]
+    assert out["counters"]["val_auc"]["gem"] == pytest.approx([0.76, 0.77])
+    diffs = out["counters"]["minus_reference"]["gem"]
+    assert [d["fraction"] for d in diffs] == [0.125, 1.0] and all(d["lo"] > 0 for d in diffs)
+    assert "minus_reference" not in out["reference"]
