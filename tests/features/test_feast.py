@@ -116,7 +116,7 @@ def test_materialize_reads_the_sources_under_the_memory_limit(applied_repo, monk
     materialize(applied_repo, end=pd.Timestamp("2026-01-02T12:00:00Z").to_pydatetime())
     want = duckdb.connect(config={"memory_limit": MEMORY_LIMIT}).execute(
         "SELECT current_setting('memory_limit')").fetchone()[0]
-    assert len(limits) == 3 and set(limits) == {want}, limits  # users, items, recent behaviour
+    assert len(limits) == 8 and set(limits) == {want}, limits  # users, items, recent behaviour, 5 counter views
     assert ibis.options.default_backend is before
     assert not (applied_repo / "data" / ".offline.spill").exists()
 
