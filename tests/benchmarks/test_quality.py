@@ -127,7 +127,7 @@ def test_peers_features_are_rebuilt_when_the_dataset_folder_changes(tmp_path):
             simulate(SimulatorConfig(users=200, items=100, days=3, seed=seed, workers=1), tmp_path / "sim",
                      progress=False)
         features, _ = peers.prepare(str(tmp_path / "sim"), tmp_path / "work", max_seq_len=8, shared=tmp_path)
-        return tree_digest(features), (tmp_path / "work" / ".features.built.json").stat().st_mtime_ns
+        return tree_digest(features), features.with_name(f".{features.name}.built.json").stat().st_mtime_ns
 
     first = prepared(seed=0)
     assert prepared() == first  # reused
@@ -210,6 +210,9 @@ class _Spy:
     def train_epoch(self, order, batch_size):
         _Spy.calls.append(("train", order.copy()))
         return 0.5
+
+    def flops_per_example(self, rows):
+        return 0.0
 
     def predict(self, rows, batch_size):
         _Spy.calls.append(("predict", rows.copy()))
