@@ -445,6 +445,9 @@ def evaluate_dataset(name: str, args, work: Path, cache: RunCache,
         tag += f"train-newest={args.train_newest:g}".encode()
         sizes["train_window"] = f"the newest {args.train_newest:g} of the train rows (by example time)"
         sizes["train_examples_used"] = len(rows["train"])
+    item_col = list(store.spec.sparse).index("item_id")
+    # the new items: none of the train rows shows them (whatever --min-id-count maps to 0 besides)
+    new_item = store.known_only(rows["train"])[0].sparse[:, item_col] == 0
     store, unknown = store.known_only(rows["train"], getattr(args, "min_id_count", 1))
     if getattr(args, "no_history", False):
         tag += b"no-history"
@@ -496,7 +499,7 @@ def evaluate_dataset(name: str, args, work: Path, cache: RunCache,
         log(f"[quality/peers] {label}/{model}: test auc {np.mean(test):.4f} ({time.perf_counter() - t0:.0f}s)")
     test_rows = rows["test"]
     train_users = np.isin(users[test_rows], users[rows["train"]])
-    known_item = store.sparse[test_rows, list(store.spec.sparse).index("item_id")] > 0
+    known_item = ~new_item[test_rows]
     groups = {"known_users": train_users, "new_users": ~train_users,  # test rows of users with / without train rows
               "known_items": known_item, "new_items": ~known_item}  # and of items a train row shows / none
     figs = figures(results, labels[test_rows], users[test_rows], replicates=args.replicates,
