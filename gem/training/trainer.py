@@ -174,6 +174,12 @@ def init_weights(model: nn.Module, source: str, spec: FeatureSpec | None = None,
     if spec is not None:
         check_vocabularies(source_spec.vocab_digests, spec.vocab_digests, model=f"init_from={source}",
                            window=features or "the training window")
+        if list(source_spec.dense) != list(spec.dense):
+            added = sorted(set(spec.dense) - set(source_spec.dense))
+            dropped = sorted(set(source_spec.dense) - set(spec.dense))
+            raise ValueError(f"init_from={source!r} reads other dense features than {features or 'the window'} "
+                             f"(the window adds {len(added)}: {added[:3]}, drops {len(dropped)}: {dropped[:3]}; "
+                             "e.g. point-in-time counters turned on): train a model from scratch on it")
     own = model.state_dict()
     mismatched = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
     if mismatched:

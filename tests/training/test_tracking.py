@@ -70,3 +70,23 @@ def test_init_from_a_run_starts_from_its_weights(single_run, tmp_path):
     after = torch.load(tmp_path / "continued" / "model" / "weights.pt", weights_only=True)
     for key in before:
         torch.testing.assert_close(after[key], before[key], msg=key)
+
+
+def test_init_from_a_model_with_other_dense_features_names_them(single_run, tmp_path):
+    """The champion of a window without counters cannot seed a model of a window with
+    them: the refusal says which dense features differ, not a tensor name."""
+    import dataclasses
+
+    import pytest
+
+    from gem.features.counters import COUNTER_FEATURES
+    from gem.model import build_model, load_model_config
+    from gem.model.store import load_state
+    from gem.training.trainer import init_weights
+
+    out, _, _, _ = single_run
+    _, _, spec, _ = load_state(out / "model")
+    counted = dataclasses.replace(spec, dense=list(spec.dense) + list(COUNTER_FEATURES))
+    model = build_model(load_model_config("tiny"), counted)
+    with pytest.raises(ValueError, match="adds 62: .*counters turned on"):
+        init_weights(model, str(out), counted, "the counters window")
