@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.quality.scaling import Unit, prepare, run_unit
+from benchmarks.quality.scaling import Unit, run_units
 
 LENGTHS = (16, 64, 256, 1024)
 MODELS = "gem,hstu,bst,fuxictr_din"
@@ -136,17 +136,8 @@ def main(argv: list[str] | None = None) -> dict:
     base = ["--history", "labels", "--grid-history", "on", "--work-dir", str(work), "--models", args.models,
             "--replicates", str(args.replicates), *passed]
     todo = length_units(args.dataset, [int(n) for n in args.lengths.split(",") if n])
-    for unit in todo:  # the builds one at a time, before the units run side by side
-        prepare(unit, base)
     started = time.perf_counter()
-    if args.jobs > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
-            done = list(pool.map(run_unit, [(u, base) for u in todo]))
-    else:
-        done = [run_unit((u, base)) for u in todo]
+    done = run_units(todo, base, args.jobs)
     curve = length_curve(done, args.replicates)
     curve.update(dataset=Path(args.dataset).name, protocol=done[0]["protocol"],
                  command="python -m benchmarks.quality.lengths " + " ".join(argv or []),

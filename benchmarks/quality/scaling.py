@@ -94,6 +94,20 @@ def prepare(unit: Unit, base: list[str]) -> None:
                   fresh=args.fresh, history=args.history, counters=args.counters)
 
 
+def run_units(todo: list[Unit], base: list[str], jobs: int) -> list[dict]:
+    """Every unit's dataset and features build made one at a time (units of one setting
+    share a build), then the units, ``jobs`` processes side by side."""
+    for unit in todo:
+        prepare(unit, base)
+    if jobs <= 1:
+        return [run_unit((u, base)) for u in todo]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        return list(pool.map(run_unit, [(u, base) for u in todo]))
+
+
 def run_unit(job: tuple[Unit, list[str]]) -> dict:
     """One unit in its own process: the protocol on its dataset and point; the figures,
     the test labels, users and predictions (float32), and GEM's FLOPs per example."""
@@ -327,18 +341,8 @@ def main(argv: list[str] | None = None) -> dict:
     sims = {int(k): simulated(work, int(k), base_users) for k in args.sim_scales.split(",")} \
         if "simulator" in parts else {}
     todo = units(parts, args.dataset, sims, [float(f) for f in args.fractions.split(",")])
-    for dataset in dict.fromkeys(u.dataset for u in todo):
-        prepare(next(u for u in todo if u.dataset == dataset), base)
     started = time.perf_counter()
-    done: list[dict] = []
-    if args.jobs > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
-            done = list(pool.map(run_unit, [(u, base) for u in todo]))
-    else:
-        done = [run_unit((u, base)) for u in todo]
+    done = run_units(todo, base, args.jobs)
     by = {p: [r for r in done if r["unit"]["part"] == p] for p in ("data", "simulator", "size")}
     scaling: dict = {"command": "python -m benchmarks.quality.scaling " + " ".join(argv or []),
                      "units": {r["unit"]["part"] + ":" + r["unit"]["point"]: {

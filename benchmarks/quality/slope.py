@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.quality.scaling import Unit, curve, prepare, run_unit
+from benchmarks.quality.scaling import Unit, curve, run_units
 
 # name -> (what changes, the protocol arguments that change it)
 VARIANTS: dict[str, tuple[str, list[str]]] = {
@@ -107,17 +107,8 @@ def main(argv: list[str] | None = None) -> dict:
     base = ["--history", "labels", "--grid-history", "on", "--work-dir", str(work), "--models", args.models,
             "--replicates", str(args.replicates), *passed]
     todo = variant_units(args.dataset, variants, [float(f) for f in args.fractions.split(",") if f])
-    for unit in todo:  # builds one at a time (each setting its own folder), before the units run side by side
-        prepare(unit, base)
     started = time.perf_counter()
-    if args.jobs > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
-            done = list(pool.map(run_unit, [(u, base) for u in todo]))
-    else:
-        done = [run_unit((u, base)) for u in todo]
+    done = run_units(todo, base, args.jobs)
     result = {"variants": summarize(done, args.replicates), "dataset": args.dataset,
               "command": "python -m benchmarks.quality.slope " + " ".join(argv or []),
               "units": {r["unit"]["point"]: {"seconds": r["seconds"], "runs": r["sizes"].get("runs")} for r in done},
