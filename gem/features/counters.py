@@ -12,8 +12,8 @@ known strictly before the example's time ``t``:
 - a conversion at ``conversion_time``.
 
 A horizon ``H`` counts what became known in ``[t - H, t)``; ``all`` everything before
-``t``. The ``global`` kind (one key) gives the log's click and conversion rates so far,
-the prior the smoothed rates shrink to.
+``t``. The ``global`` kind (one key) counts the whole log: the traffic the shares divide
+by and the rates the smoothed ones shrink to.
 
 How: one sort per key kind of the increments (one per row and signal, at the time the
 signal became known) together with the queries (one per example and horizon, at ``t``
@@ -54,23 +54,20 @@ TREND_PRIOR_TRAFFIC = 1000.0
 TREND_CLIP = 3.0  # a window's share 20x its all-time share or more reads the same: bursts stay bounded
 
 
+GLOBAL_STATS = ("ctr_logit", "cvr_logit")
+NO_TIME = np.iinfo(np.int64).max  # conversion_time of a row without one (gem.features.staging.NO_CONVERSION)
+MISSING_KEY = -1  # a row whose key is unknown (an item without advertiser): counted for nobody
+
+
 def horizon_stats(horizon: str) -> tuple[str, ...]:
     return ("share" if horizon == "all" else "trend", "ctr_lift", "cvr_lift")
-
-
-
-GLOBAL_STATS = ("ctr_logit", "cvr_logit")
-
-
-def kind_horizons(kind: str) -> tuple[str, ...]:
-    return tuple(HORIZONS)
 
 
 def count_column(kind: str, horizon: str, signal: str) -> str:
     return f"n_{kind}_{horizon}_{signal}"
 
 
-COUNT_COLUMNS = tuple(count_column(k, h, s) for k in (*KINDS, GLOBAL) for h in kind_horizons(k) for s in SIGNALS)
+COUNT_COLUMNS = tuple(count_column(k, h, s) for k in (*KINDS, GLOBAL) for h in HORIZONS for s in SIGNALS)
 COUNTER_FEATURES = (*(f"cnt_{k}_{h}_{stat}" for k in KINDS for h in HORIZONS for stat in horizon_stats(h)),
                     *(f"cnt_{GLOBAL}_all_{stat}" for stat in GLOBAL_STATS))
 COUNTER_PREFIX = "cnt_"
@@ -119,18 +116,13 @@ def increments(rows: dict[str, np.ndarray], keys: list[np.ndarray]):
     return key_cols, time, signal
 
 
-NO_TIME = np.iinfo(np.int64).max  # conversion_time of a row without one (gem.features.staging.NO_CONVERSION)
-MISSING_KEY = -1  # a row whose key is unknown (an item without advertiser): counted for nobody
-
-
 def counts_for_kind(kind: str, labelled: dict[str, np.ndarray], label_keys: list[np.ndarray],
                     query_keys: list[np.ndarray], query_time: np.ndarray) -> dict[str, np.ndarray]:
     """int32 count columns of ``kind`` (every horizon and signal) for the queries."""
-    horizons = kind_horizons(kind)
     inc_keys, inc_time, inc_signal = increments(labelled, label_keys)
     valid = np.all([k != MISSING_KEY for k in inc_keys], axis=0) if inc_keys else np.ones(len(inc_time), bool)
     inc_keys, inc_time, inc_signal = [k[valid] for k in inc_keys], inc_time[valid], inc_signal[valid]
-    shifts = [HORIZONS[h] for h in horizons if HORIZONS[h] is not None]
+    shifts = [span for span in HORIZONS.values() if span is not None]
     q_time_all = np.concatenate([query_time] + [query_time - s for s in shifts])
     q_keys_all = [np.tile(k, 1 + len(shifts)) for k in query_keys]
     counted = count_before(inc_keys, inc_time, inc_signal, q_keys_all, q_time_all, len(SIGNALS))
@@ -138,7 +130,7 @@ def counts_for_kind(kind: str, labelled: dict[str, np.ndarray], label_keys: list
     upto = counted[:n]
     missing = np.any([k == MISSING_KEY for k in query_keys], axis=0) if query_keys else np.zeros(n, bool)
     out, shift = {}, 0
-    for h in horizons:
+    for h in HORIZONS:
         if HORIZONS[h] is None:
             value = upto
         else:
@@ -236,11 +228,10 @@ def count_staged(staged: list[tuple[int, int, dict[str, np.ndarray]]], items_fil
                  include_organic: bool) -> dict[tuple[int, int], dict[str, np.ndarray]]:
     """Count columns of ``kinds`` for the examples of staged rows given as (bucket, part,
     columns) pieces; returns {(bucket, part): {"example_id" sorted, *count columns}}."""
-    rows = {c: np.concatenate([p[2][c] for p in staged]) for c in LABELLED_COLUMNS} if staged else {}
-    where = np.concatenate([np.full((len(p[2]["event_id"]), 2), (p[0], p[1])) for p in staged]) if staged else \
-        np.zeros((0, 2), np.int64)
     if not staged:
         return {}
+    rows = {c: np.concatenate([p[2][c] for p in staged]) for c in LABELLED_COLUMNS}
+    where = np.concatenate([np.full((len(p[2]["event_id"]), 2), (p[0], p[1])) for p in staged])
     attrs = item_attributes(items_file) if {"advertiser", "category"} & set(kinds) else {}
     labelled = labelled_mask(rows, include_organic)
     lab = {c: v[labelled] for c, v in rows.items()}
@@ -283,7 +274,10 @@ def write_counts(counters_dir: Path, counted: dict[tuple[int, int], dict[str, np
 
 def read_counts(files: list[Path], example_ids: np.ndarray) -> dict[str, np.ndarray]:
     """The count columns of ``example_ids`` from the counter files of their (bucket,
-    period), one file per group of kinds; every example must be in each file."""
+    period), one file per group of kinds; every example must be in each file (a
+    (bucket, period) without examples has no file)."""
+    if not len(example_ids):
+        return {name: np.zeros(0, dtype=np.int32) for name in COUNT_COLUMNS}
     out: dict[str, np.ndarray] = {}
     for path in files:
         table = read_parquet(path)
