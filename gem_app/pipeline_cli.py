@@ -73,11 +73,11 @@ def _run(args: argparse.Namespace) -> int:
 
         try:
             settings = dict(item.split("=", 1) for item in args.gate)
-            GateConfig.from_dict(settings)
+            GateConfig.from_dict({**params.get("gate_settings", {}), **settings})
         except ValueError as exc:
             print(f"error: --gate {' '.join(args.gate)}: {exc} (give KEY=VALUE)", file=sys.stderr)
             return 2
-        params["gate_settings"] = settings
+        params["gate_settings"] = {**params.get("gate_settings", {}), **settings}  # over the preset's
     if args.cut:
         params["cuts"] = list(args.cut)
     else:

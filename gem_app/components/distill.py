@@ -12,7 +12,12 @@ def distill(job: dict, student: Output[Model], metrics: Output[Metrics]) -> dict
     from gem import registry
     from gem_app.components.runtime import log_figures, run_context
     from gem_app.stages.distill import distill as run
+    from gem_app.stages.distill import skipped_result
 
+    if job.get("skip"):  # the plan found too little evidence for any student here: nothing to train
+        with open(student.path, "w") as f:
+            json.dump({"skipped": job["skip"]}, f)
+        return skipped_result(job).as_dict()
     result = run(job["surface"], job["train_features"], job["eval_features"], job["feast_repo"],
                  job["teacher_uri"], job["out"], run_context(job["ctx"]), preset=job["preset"],
                  teacher_version=job["teacher_version"])

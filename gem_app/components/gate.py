@@ -12,7 +12,10 @@ def gate(job: dict, challenger: dict, roc: Output[ClassificationMetrics]) -> dic
     from gem_app.components.runtime import run_context
     from gem_app.promotion import GateConfig
     from gem_app.stages.gate import gate as run
+    from gem_app.stages.gate import skipped_decision
 
+    if challenger.get("skipped"):  # no student was trained: the plan's reason is the decision's
+        return {"decision": skipped_decision(job["surface"], challenger["skipped"]), "distilled": challenger}
     result = run(job["surface"], challenger["version"], job["eval_features"], job["feast_repo"],
                  run_context(job["ctx"]), GateConfig.from_dict(job["gate"]), job["preset"],
                  teacher_gate=job.get("teacher_gate") or None)

@@ -12,9 +12,12 @@ log = logging.getLogger(__name__)
 
 # the sizes of every stage, by the name `pipeline run --preset` and `refresh --preset` take
 PRESETS = {
-    # tiny: seconds-scale data, so windows by evidence ask only for both labels per surface
+    # tiny: seconds-scale data, so windows by evidence ask only for both labels per surface,
+    # and the gate's evidence floor is 5 positives and negatives (the default 30 would leave
+    # every smoke run's surfaces without a student: the distill plan skips what the gate must refuse)
     "tiny": {"sim_preset": "tiny", "features_preset": "smoke", "train_preset": "tiny", "student_preset": "pipeline",
-             "window_evidence": {"examples": 10, "positives": 1}},
+             "window_evidence": {"examples": 10, "positives": 1},
+             "gate_settings": {"min_positives": 5, "min_negatives": 5}},
     "small": {"sim_preset": "small", "features_preset": "pipeline", "train_preset": "pipeline",
               "student_preset": "pipeline"},
 }

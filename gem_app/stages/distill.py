@@ -15,14 +15,17 @@ evaluation windows).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gem import registry, tracking
 from gem.utils.evidence import auc_text, computed
-from gem.utils.progress import figure
+from gem.utils.progress import figure, warning
 from gem_app.stages.context import Reuse, RunContext, StageResult, fault_point, log_model_input, tracked
 from gem_app.stages.features import features_lineage, log_features_input
+
+log = logging.getLogger(__name__)
 
 GATE_TASK = "click"  # the gate compares click AUC and NE on the holdout
 KNOWLEDGE_VIEWS = "teacher_predictions,teacher_user_embedding,teacher_item_embedding"
@@ -39,6 +42,7 @@ class DistillResult(StageResult):
     lift: dict[str, float]
     flops_per_example: float = 0.0
     history: dict[str, list[float]] = field(default_factory=dict)
+    skipped: str = ""  # why the plan trained no student here ("" = trained)
 
 
 def distill_config(preset: str, surface: str | None = None, overrides: list[str] | None = None,
@@ -298,8 +302,70 @@ def _registered_from(run_id: str, surface: str) -> str:
 
 def distill_plan(ctx: str, surfaces: list[str], available: list[str], **job) -> list[dict]:
     """One job per surface for the students' ParallelFor; a surface the data lacks is a
-    clear error naming the surfaces that exist."""
+    clear error naming the surfaces that exist. With the windows and the gate settings in
+    ``job``, a surface whose holdout cannot meet the gate's evidence floor (or whose
+    student window lacks a positive or a negative) gets ``skip``: the reason. Its distill
+    and gate tasks then train and score nothing, and it reads "not enough evidence"; one
+    line per surface says which (the step's log)."""
     missing = sorted(set(surfaces) - set(available))
     if missing:
         raise ValueError(f"surfaces {missing} are not in this dataset; it has {sorted(available)}")
-    return [{"ctx": ctx, "surface": s, **job} for s in (surfaces or available)]  # default: the data's surfaces
+    jobs = [{"ctx": ctx, "surface": s, **job} for s in (surfaces or available)]  # default: the data's surfaces
+    if not (job.get("train_features") and job.get("eval_features") and "gate" in job):
+        return jobs
+    from gem_app.promotion import GateConfig
+
+    gate = GateConfig.from_dict(job["gate"])
+    train, holdout = surface_evidence(job["train_features"]), surface_evidence(job["eval_features"])
+    for j in jobs:
+        reason = skip_reason(train.get(j["surface"], {}), holdout.get(j["surface"], {}), gate)
+        h = holdout.get(j["surface"], {})
+        if reason:
+            j["skip"], j["holdout_evidence"] = reason, h
+            warning(f"surface '{j['surface']}': {reason}")  # on the terminal, under the step's line
+        log.info("%s: %s (student window %s, holdout %s)", j["surface"], f"skipped: {reason}" if reason else "distill",
+                 _counts(train.get(j["surface"], {})), _counts(h))
+    skipped = [j["surface"] for j in jobs if j.get("skip")]
+    figure("students", f"{len(jobs) - len(skipped)} of {len(jobs)}"
+           + (f" (too little evidence: {', '.join(skipped)})" if skipped else ""))
+    return jobs
+
+
+def surface_evidence(features: str) -> dict[str, dict[str, int]]:
+    """Per surface of a features window (its report): examples, click positives and negatives."""
+    report = json.loads((Path(features) / "report.json").read_text())
+    out = {}
+    for surface, rates in report.get("label_rates", {}).items():
+        n = int(rates["examples"])
+        positives = int(round(float(rates["click_rate"]) * n))
+        out[surface] = {"examples": n, "positives": positives, "negatives": n - positives}
+    return out
+
+
+def skip_reason(train: dict[str, int], holdout: dict[str, int], gate) -> str:
+    """Why no student of a surface could be promoted, whatever it learned ("" if one could):
+    the holdout short of the gate's evidence floor, or nothing to learn in the student window."""
+    from gem_app.promotion import evidence_shortfall
+
+    short = evidence_shortfall({"positives": holdout.get("positives", 0), "negatives": holdout.get("negatives", 0)},
+                               gate)
+    if short:
+        return f"no student trained: {short}"
+    if not train.get("positives") or not train.get("negatives"):
+        return (f"no student trained: the student window has {train.get('positives', 0)} positives and "
+                f"{train.get('negatives', 0)} negatives")
+    return ""
+
+
+def _counts(evidence: dict[str, int]) -> str:
+    return f"{evidence.get('examples', 0):,} examples, {evidence.get('positives', 0):,} positives"
+
+
+def skipped_result(job: dict) -> DistillResult:
+    """The record of a surface the plan skipped: no student, the holdout's evidence."""
+    evidence = job.get("holdout_evidence", {})
+    return DistillResult(surface=job["surface"], model_name=registry.student_model(job["surface"]), version="",
+                         teacher_version=job.get("teacher_version", ""), methods=[],
+                         metrics={"student": {k: float(evidence[k]) for k in ("positives", "negatives")
+                                              if k in evidence}, "no_teacher": {}},
+                         lift={}, skipped=job["skip"])

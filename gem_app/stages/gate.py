@@ -238,6 +238,15 @@ def gate(surface: str, challenger_version: str, eval_features: str, feast_repo: 
     return GateResult(decision=without_nulls(decision.to_dict()), roc=roc_points(labels, probs["challenger"]))
 
 
+def skipped_decision(surface: str, reason: str) -> dict:
+    """The decision of a surface the distill plan trained no student for: not enough
+    evidence, with the plan's reason; nothing for the commit to move."""
+    from gem_app.promotion import NOT_ENOUGH_EVIDENCE
+
+    return without_nulls(GateDecision(model_name=registry.student_model(surface), challenger_version="",
+                                      champion_version=None, outcome=NOT_ENOUGH_EVIDENCE, reason=reason).to_dict())
+
+
 # -- the run's commit --------------------------------------------------------------------------
 @dataclass(kw_only=True)
 class PromoteResult(StageResult):
@@ -258,7 +267,7 @@ def promote(teacher_gate: dict, gated: list[dict], ctx: RunContext, *, data: str
 
     ctx.configure()
     decisions = ([decision_from_dict(teacher_gate)] if teacher_gate else []) + [
-        decision_from_dict(g["decision"]) for g in gated]
+        decision_from_dict(g["decision"]) for g in gated if g["decision"].get("challenger_version")]
     final = commit(decisions, Path(ctx.tracking_root) / COMMIT_DIR, pipeline_run_id=ctx.pipeline_run_id,
                    fault=lambda: fault_point("promote:mid"))
     if data and data_days:
@@ -272,7 +281,9 @@ def promote(teacher_gate: dict, gated: list[dict], ctx: RunContext, *, data: str
                        "; ".join(f"{d.model_name} v{d.challenger_version}: {d.outcome}" for d in final)[:5000])
     rows = []
     for g in sorted(gated, key=lambda g: g["distilled"]["surface"]):
-        d = applied[g["decision"]["model_name"]]
+        # a surface without a student keeps the plan's decision: nothing was committed for it
+        d = applied.get(g["decision"]["model_name"]) if g["decision"].get("challenger_version") else \
+            decision_from_dict(g["decision"])
         rows.append({**g["distilled"], "decision": d.outcome, "why": d.reason, "promoted": d.promote,
                      "champion_before": d.champion_version or "", "gate": without_nulls(d.to_dict())})
     teacher = without_nulls(applied[decisions[0].model_name].to_dict()) if teacher_gate else {}

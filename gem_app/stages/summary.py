@@ -46,7 +46,8 @@ def _row(teacher: dict, row: dict) -> dict:
             "student_auc": _figure(student.get("auc")), "student_ne": _figure(student.get("ne")),
             "no_teacher_auc": _figure(no_teacher.get("auc")), "no_teacher_ne": _figure(no_teacher.get("ne")),
             "lift_auc": _figure(row["lift"].get("auc")), "lift_ne": _figure(row["lift"].get("ne")),
-            "student": f"{row['model_name']} v{row['version']}", "promoted": bool(row.get("promoted", False)),
+            "student": f"{row['model_name']} v{row['version']}" if row.get("version") else "none trained",
+            "promoted": bool(row.get("promoted", False)),
             "decision": row.get("decision", ""), "why": row.get("why", "")}
 
 

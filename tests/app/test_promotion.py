@@ -295,3 +295,66 @@ def test_pipeline_run_takes_gate_settings_and_refuses_unknown_ones(tmp_path):
     assert done.returncode == 2 and "unknown gate settings ['min_postives']" in done.stderr
     assert not (tmp_path / "ws").exists()  # refused before any work
     assert GateConfig.from_dict({"min_positives": "50", "max_ne": "0.98"}) == GateConfig(min_positives=50, max_ne=0.98)
+
+
+def _window(folder, rates: dict[str, tuple[int, float]]):
+    """A features folder's report: per surface (examples, click rate)."""
+    import json
+
+    folder.mkdir(parents=True)
+    (folder / "report.json").write_text(json.dumps({"label_rates": {
+        s: {"examples": n, "click_rate": r, "conversion_rate": 0.0} for s, (n, r) in rates.items()}}))
+    return str(folder)
+
+
+def test_the_distill_plan_skips_surfaces_the_gate_would_refuse_for_evidence(tmp_path, caplog):
+    """A surface whose holdout is short of the gate's floor, or whose student window has no
+    positive, gets a skip reason (no student trained); the others are distilled. One log
+    line per surface says which."""
+    import logging
+
+    from gem_app.stages.distill import distill_plan, skipped_result
+
+    train = _window(tmp_path / "student", {"feed": (3000, 0.05), "messaging": (500, 0.03), "video": (400, 0.0)})
+    holdout = _window(tmp_path / "holdout", {"feed": (3021, 0.045), "messaging": (513, 0.0312), "video": (900, 0.05)})
+    with caplog.at_level(logging.INFO, logger="gem_app.stages.distill"):
+        jobs = distill_plan("ctx", [], ["feed", "messaging", "video"], train_features=train, eval_features=holdout,
+                            gate={"min_positives": 30}, teacher_version="models:/gem_teacher/1")
+    by = {j["surface"]: j for j in jobs}
+    assert "skip" not in by["feed"]
+    assert by["messaging"]["skip"] == ("no student trained: the holdout has 16 positives and 497 negatives; "
+                                       "needs at least 30 of each")
+    assert by["video"]["skip"] == "no student trained: the student window has 0 positives and 400 negatives"
+    lines = [r.getMessage() for r in caplog.records if r.name == "gem_app.stages.distill"]
+    assert len(lines) == 3 and lines[0].startswith("feed: distill") and "messaging: skipped" in lines[1]
+    # a lower floor trains messaging too
+    assert "skip" not in {j["surface"]: j for j in distill_plan(
+        "ctx", [], ["feed", "messaging"], train_features=train, eval_features=holdout,
+        gate={"min_positives": 10})}["messaging"]
+    record = skipped_result(by["messaging"]).as_dict()
+    assert record["version"] == "" and record["skipped"].startswith("no student trained")
+    assert record["metrics"]["student"] == {"positives": 16.0, "negatives": 497.0}
+
+
+def test_a_skipped_surface_reads_not_enough_evidence_and_moves_nothing(registry, tmp_path):
+    from gem_app.stages.context import RunContext
+    from gem_app.stages.gate import promote, skipped_decision
+    from gem_app.stages.summary import _row
+
+    (t1,) = _versions(registry, TEACHER, 1)
+    (feed,) = _versions(registry, "student_feed", 1)
+    gated = [{"decision": _staged("student_feed", feed, teacher=f"models:/{TEACHER}/{t1}").to_dict(),
+              "distilled": {"surface": "feed", "model_name": "student_feed", "version": feed,
+                            "metrics": {"student": {}, "no_teacher": {}}, "lift": {}}},
+             {"decision": skipped_decision("messaging", "no student trained: the holdout has 16 positives"),
+              "distilled": {"surface": "messaging", "model_name": "student_messaging", "version": "",
+                            "metrics": {"student": {"positives": 16.0}, "no_teacher": {}}, "lift": {},
+                            "skipped": "no student trained: the holdout has 16 positives"}}]
+    ctx = RunContext(pipeline_run_id="run-1", tracking_root=str(tmp_path))
+    out = promote(_staged(TEACHER, t1).to_dict(), gated, ctx)
+    rows = {r["surface"]: r for r in out.surfaces}
+    assert rows["feed"]["decision"] == PROMOTE and rows["messaging"]["decision"] == NOT_ENOUGH_EVIDENCE
+    assert rows["messaging"]["why"] == "no student trained: the holdout has 16 positives"
+    assert "student_messaging" not in [m.name for m in registry.search_registered_models()]
+    row = _row({"metrics": {}}, rows["messaging"])
+    assert row["student"] == "none trained" and row["holdout_positives"] == 16.0
