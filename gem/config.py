@@ -188,6 +188,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def with_point(cfg: T, point: dict[str, Any]) -> T:
+    """``cfg`` with dotted overrides applied (``{"optim.lr": 0.001}``), checked as a
+    preset is: one point of a hyperparameter grid."""
+    raw = to_dict(cfg)
+    for key, value in point.items():
+        raw = _merge(raw, _nest(key.split("."), value))
+    return from_dict(type(cfg), raw)
+
+
 def _nest(keys: list[str], value: Any) -> dict[str, Any]:
     return {keys[0]: value} if len(keys) == 1 else {keys[0]: _nest(keys[1:], value)}
 

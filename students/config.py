@@ -151,6 +151,21 @@ def refresh_interval(text: str):
 
 
 @dataclass(kw_only=True)
+class SelectionConfig:
+    """Students chosen on validation (students/selection.py): the newest ``validation_share``
+    of the student window's rows (cut at one time) is held out of training; every point
+    of ``grid`` (dotted overrides of this config) trains one student with early stopping
+    on it, and the lowest validation label loss wins. The no-teacher reference searches
+    ``no_teacher_grid``, a grid of the same size. ``validation_share`` 0: no selection."""
+    validation_share: float = ranged(0.0, ge=0, lt=1)
+    grid: list[dict] = field(default_factory=list)
+    no_teacher_grid: list[dict] = field(default_factory=list)
+    # Platt-recalibrate (on validation) a chosen student whose validation NE is >= 1 while
+    # its teacher's is below 1 (or unknown)
+    calibrate: bool = True
+
+
+@dataclass(kw_only=True)
 class DistillConfig:
     surfaces: list[str] = field(default_factory=list)  # [] = every surface of the data (spec.surfaces)
     student: StudentModelConfig = field(default_factory=StudentModelConfig)
@@ -162,6 +177,7 @@ class DistillConfig:
     # >0: the last validation_days of the student window are held out of training (and of
     # the adapter's fit) for early stopping and model selection
     validation_days: float = 0.0
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
     tracking_uri: str = ""  # "": sqlite:///<out>/mlflow.db
     experiment: str = "gem-distill"
     register: bool = True  # register each student in the MLflow model registry
@@ -173,4 +189,8 @@ class DistillConfig:
         refresh_interval(self.knowledge.refresh_every)
         if self.validation_days < 0 or self.optim.patience < 0:
             raise ValueError("validation_days and optim.patience must be >= 0")
+        sel = self.selection
+        if sel.validation_share and sel.grid and sel.no_teacher_grid and len(sel.grid) != len(sel.no_teacher_grid):
+            raise ValueError(f"selection: the no-teacher grid must be as large as the student's (the same budget); "
+                             f"got {len(sel.no_teacher_grid)} and {len(sel.grid)} points")
         return self

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from gem.config import from_dict
+from gem.config import from_dict, with_point
 
 TEACHER_FREE = "no_teacher"
 
@@ -92,14 +92,6 @@ def check_arms(arms: dict[str, ArmConfig]) -> None:
             raise ValueError(f"arm {name}: a capacity-matched baseline must not use the teacher")
 
 
-def _dotted(raw: dict, key: str, value) -> None:
-    node = raw
-    *parents, last = key.split(".")
-    for p in parents:
-        node = node.setdefault(p, {})
-    node[last] = value
-
-
 def arm_config(arm: ArmConfig, arms: dict[str, ArmConfig], base: dict, point: dict, seed: int,
                teacher_dims: tuple[int, int]):
     """The DistillConfig of one arm at one grid point and seed. ``base``: the experiment's
@@ -110,13 +102,11 @@ def arm_config(arm: ArmConfig, arms: dict[str, ArmConfig], base: dict, point: di
     raw = copy.deepcopy(base)
     raw["transfer"] = copy.deepcopy(arm.transfer)
     raw["seed"] = seed
-    for key, value in point.items():
-        _dotted(raw, key, value)
-    cfg = from_dict(DistillConfig, raw).validate()
+    cfg = with_point(from_dict(DistillConfig, raw), point).validate()
     if arm.capacity_of:
         ref = copy.deepcopy(raw)
         ref["transfer"] = copy.deepcopy(arms[arm.capacity_of].transfer)
-        cfg = capacity_matched(from_dict(DistillConfig, ref), teacher_emb_width=teacher_dims[0],
+        cfg = capacity_matched(with_point(from_dict(DistillConfig, ref), point), teacher_emb_width=teacher_dims[0],
                                teacher_embedding_dim=teacher_dims[1])
     return cfg
 

@@ -43,6 +43,10 @@ class DistillResult(StageResult):
     flops_per_example: float = 0.0
     history: dict[str, list[float]] = field(default_factory=dict)
     skipped: str = ""  # why the plan trained no student here ("" = trained)
+    # the chosen grid points and recalibrations of student and no-teacher reference
+    selection: dict = field(default_factory=dict)
+    # student - teacher on the surface's holdout rows: auc, auc_lo, auc_hi, ne, ne_lo, ne_hi
+    vs_teacher: dict[str, float] = field(default_factory=dict)
 
 
 def distill_config(preset: str, surface: str | None = None, overrides: list[str] | None = None,
@@ -171,11 +175,10 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
         base_cfg = capacity_matched(cfg, teacher_emb_width=0 if train.teacher_emb is None else
                                     int(train.teacher_emb.shape[1]),
                                     teacher_embedding_dim=int(teacher.model.cfg.embedding_dim) if teacher else 0)
-        base_out = run_distill(train, holdout, spec, base_cfg)
-        run = run_distill(train, holdout, spec, cfg, teacher_model=teacher.model if teacher else None)
-        baseline, student = base_out.students[surface], run.students[surface]
+        chosen = choose_students(train, holdout, spec, cfg, surface, teacher.model if teacher else None, base_cfg)
+        baseline, student, windows = chosen["no_teacher"].result, chosen["student"].result, chosen["windows"]
         knowledge = registered_knowledge(feast_repo) if cfg.transfer.needs_teacher() else {}
-        tags = lineage(run.windows, teacher_version=teacher_version, teacher_window=teacher_window(teacher_version),
+        tags = lineage(windows, teacher_version=teacher_version, teacher_window=teacher_window(teacher_version),
                        knowledge_window=knowledge.get("window"), refresh_every=cfg.knowledge.refresh_every)
         mlflow.log_params(tags)
         mlflow.log_params({f"student.{k}": v for k, v in student.size.items()}
@@ -184,16 +187,21 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
         figures = {"student": gate_metrics(student.metrics), "no_teacher": gate_metrics(baseline.metrics)}
         lift = {"auc": figures["student"]["auc"] - figures["no_teacher"]["auc"],
                 "ne": figures["no_teacher"]["ne"] - figures["student"]["ne"]}
+        selection = log_selection(chosen)
         # an AUC short of evidence is NaN here and stays out of MLflow (its counts go in)
         mlflow.log_metrics(computed({f"eval/{who}/{k}": v for who, m in figures.items() for k, v in m.items()}))
         mlflow.log_metrics(computed({f"eval/lift/{k}": v for k, v in lift.items()}))
-        log_evaluation(student, baseline, holdout, surface)
+        intervals = log_evaluation(student, baseline, holdout, surface)
+        vs_teacher = {k[len("eval/vs_teacher/"):]: v for k, v in intervals.items() if k.startswith("eval/vs_teacher/")}
+        if "eval/teacher/auc" in intervals:  # the teacher on the same holdout rows
+            figures["teacher"] = {k: float(intervals[f"eval/teacher/{k}"]) for k in ("auc", "ne")}
         for who, res in (("student", student), ("no_teacher", baseline)):
             for epoch, loss in enumerate(res.train_loss):
                 mlflow.log_metric(f"train/{who}/loss", loss, step=epoch)
         unregistered = DistillResult(surface=surface, model_name=registry.student_model(surface), version="",
                                      teacher_version=teacher_version, methods=list(student.methods), metrics=figures,
-                                     lift=lift, flops_per_example=float(student.flops_per_example or 0.0))
+                                     lift=lift, flops_per_example=float(student.flops_per_example or 0.0),
+                                     selection=selection, vs_teacher=vs_teacher)
         Path(out).mkdir(parents=True, exist_ok=True)
         pending.put({"run_id": mlflow.active_run().info.run_id,
                      "result": json.loads(json.dumps(unregistered.as_dict(), default=str))})
@@ -221,11 +229,67 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
 HOLDOUT_ARTIFACT = "holdout/{who}.parquet"
 
 
+def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base_cfg) -> dict:
+    """The transfer student and its no-teacher reference: with ``selection.validation_share``,
+    each chosen on validation over its grid (students/selection.py) and recalibrated where
+    the rule says; otherwise each trained once at the preset."""
+    from students.distill import capacity_matched
+    from students.distill import distill as run_distill
+    from students.selection import Chosen, recalibrate, select, teacher_ne, validation_split
+
+    sel = cfg.selection
+    if not sel.validation_share:
+        base_out = run_distill(train, holdout, spec, base_cfg)
+        run = run_distill(train, holdout, spec, cfg, teacher_model=teacher_model)
+        return {"no_teacher": Chosen(base_out.students[surface], {}), "student": Chosen(run.students[surface], {}),
+                "windows": run.windows}
+    fit, valid = validation_split(train, sel.validation_share)
+    widths = {"teacher_emb_width": 0 if train.teacher_emb is None else int(train.teacher_emb.shape[1]),
+              "teacher_embedding_dim": int(base_cfg.student.embedding_dim) if cfg.transfer.sharing != "off" else 0}
+    student = select(fit, valid, holdout, spec, cfg, surface, sel.grid, teacher_model=teacher_model)
+    baseline = select(fit, valid, holdout, spec, cfg, surface, sel.no_teacher_grid,
+                      adjust=lambda c: capacity_matched(c, **widths))
+    if sel.calibrate:
+        reference = teacher_ne(valid, surface)
+        for chosen in (student, baseline):
+            recalibrate(chosen, valid, holdout, surface, reference)
+    return {"no_teacher": baseline, "student": student, "windows": student.windows}
+
+
+def log_selection(chosen: dict) -> dict:
+    """Every grid point's validation figures (``select/<who>/<i>/...``, step = point index),
+    the chosen points as params, recalibration as metrics and tags; returns the record
+    the summary reads."""
+    import mlflow
+
+    record = {}
+    for who in ("student", "no_teacher"):
+        c = chosen[who]
+        if not c.trials:
+            continue
+        for i, trial in enumerate(c.trials):
+            mlflow.log_metrics(computed({f"select/{who}/{k}": trial[k] for k in
+                                         ("valid_loss", "valid_auc", "valid_ne", "best_epoch", "epochs_run")}),
+                               step=i)
+        mlflow.log_dict({"trials": c.trials, "chosen": c.point, "calibration": c.calibration},
+                        f"selection/{who}.json")
+        mlflow.log_param(f"select.{who}.chosen", json.dumps(c.point)[:500])
+        recalibrated = bool(c.calibration.get("applied"))
+        mlflow.set_tag(f"select.{who}.recalibrated", str(recalibrated).lower())
+        mlflow.log_metrics(computed({f"select/{who}/{k}": v for k, v in c.calibration.items()
+                                     if k not in ("applied",)}))
+        record[who] = {"point": c.point, "points": len(c.trials), "recalibrated": recalibrated,
+                       "valid_loss": min(t["valid_loss"] for t in c.trials)}
+    return record
+
+
 def log_evaluation(student, baseline, holdout, surface: str, bootstrap: int = 500, level: float = 0.95) -> dict:
     """Intervals (users resampled, students/stats.py) for the student's and the
     no-teacher student's click AUC and NE and for the paired lift, as metrics beside
     the point figures (``eval/<who>/<metric>_lo`` / ``_hi``), and their ROC and
-    calibration curves on the surface's holdout as a plot."""
+    calibration curves on the surface's holdout as a plot. With the teacher's predictions
+    on the holdout rows: its AUC and NE there and student - teacher, paired
+    (``eval/vs_teacher/auc`` and ``ne``: student NE - teacher NE, with ``_lo`` / ``_hi``)."""
     import mlflow
     import numpy as np
 
@@ -249,7 +313,22 @@ def log_evaluation(student, baseline, holdout, surface: str, bootstrap: int = 50
     for name in ("auc", "ne"):
         lift = paired_difference(run, weights, name, level)
         metrics.update({f"eval/lift/{name}_lo": lift["lo"], f"eval/lift/{name}_hi": lift["hi"]})
-    mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
+    if holdout.teacher_logits is not None:  # the teacher on the same rows: how much of it reached the student
+        logits = holdout.teacher_logits[rows, task].numpy().astype(np.float64)
+        seen = np.isfinite(logits)
+        if seen.any():
+            teacher = 1.0 / (1.0 + np.exp(-logits[seen]))
+            w_seen = user_weights(holdout.user_raw[rows].numpy()[seen], bootstrap, seed=0)
+            for name, fn in (("auc", weighted_auc), ("ne", weighted_ne)):
+                metrics[f"eval/teacher/{name}"] = float(fn(labels[seen], teacher, np.ones((1, int(seen.sum()))))[0])
+            pair = [(np.arange(int(seen.sum())), labels[seen], probs["student"][seen], teacher)]
+            auc = paired_difference(pair, w_seen, "auc", level)
+            ne = paired_difference(pair, w_seen, "ne", level)  # a lift: teacher NE - student NE
+            metrics.update({"eval/vs_teacher/auc": auc["mean"], "eval/vs_teacher/auc_lo": auc["lo"],
+                            "eval/vs_teacher/auc_hi": auc["hi"], "eval/vs_teacher/ne": -ne["mean"],
+                            "eval/vs_teacher/ne_lo": -ne["hi"], "eval/vs_teacher/ne_hi": -ne["lo"],
+                            "eval/vs_teacher/rows": float(seen.sum())})
+    mlflow.log_metrics(computed({k: float(v) for k, v in metrics.items()}))
     figure_ = holdout_figure(labels, {"student": probs["student"], "no-teacher": probs["no_teacher"]}, surface)
     mlflow.log_figure(figure_, "plots/holdout_roc_calibration.png")
     return metrics

@@ -13,8 +13,8 @@ from gem.utils.atomic import write_json, write_text
 from gem.utils.evidence import auc_text
 from gem_app.stages.context import RunContext, StageResult, finish_pipeline
 
-COLUMNS = ("surface", "teacher AUC", "teacher NE", "student AUC", "student NE", "no-teacher AUC", "lift AUC",
-           "lift NE", "student", "decision", "why")
+COLUMNS = ("surface", "teacher AUC", "teacher NE", "student AUC", "student NE", "student - teacher AUC",
+           "student - teacher NE", "no-teacher AUC", "lift AUC", "lift NE", "student", "decision", "why")
 
 
 @dataclass(kw_only=True)
@@ -46,7 +46,13 @@ def _row(teacher: dict, row: dict) -> dict:
             "student_auc": _figure(student.get("auc")), "student_ne": _figure(student.get("ne")),
             "no_teacher_auc": _figure(no_teacher.get("auc")), "no_teacher_ne": _figure(no_teacher.get("ne")),
             "lift_auc": _figure(row["lift"].get("auc")), "lift_ne": _figure(row["lift"].get("ne")),
-            "student": f"{row['model_name']} v{row['version']}" if row.get("version") else "none trained",
+            # student - teacher on the same holdout rows, paired (the distill step's)
+            **{f"vs_teacher_{k}": _figure(row.get("vs_teacher", {}).get(k))
+               for k in ("auc", "auc_lo", "auc_hi", "ne", "ne_lo", "ne_hi", "rows")},
+            "recalibrated": bool(row.get("selection", {}).get("student", {}).get("recalibrated", False)),
+            "chosen": row.get("selection", {}).get("student", {}).get("point"),
+            "student": (f"{row['model_name']} v{row['version']}" if row.get("version") else "none trained")
+            + (" (recalibrated)" if row.get("selection", {}).get("student", {}).get("recalibrated") else ""),
             "promoted": bool(row.get("promoted", False)),
             "decision": row.get("decision", ""), "why": row.get("why", "")}
 
@@ -72,9 +78,49 @@ def markdown_table(run_id: str, teacher_uri: str, rows: list[dict], teacher_gate
                    auc_text(r["student_auc"], *held), f"{_float(r['student_ne']):.4f}",
                    auc_text(r["no_teacher_auc"], *held)]
         lifts = [auc_text(r["lift_auc"], *held, sign=True), f"{_float(r['lift_ne']):+.4f}"]
-        lines.append("| " + " | ".join([r["surface"], *figures, *lifts, r["student"], r["decision"] or "-",
-                                        _cell(r["why"]) or "-"]) + " |")
+        vs = [_with_interval(auc_text(r.get("vs_teacher_auc"), *held, sign=True), r, "auc"),
+              _with_interval(_signed(r.get("vs_teacher_ne")), r, "ne")]
+        lines.append("| " + " | ".join([r["surface"], *figures[:4], *vs, figures[4], *lifts, r["student"],
+                                        r["decision"] or "-", _cell(r["why"]) or "-"]) + " |")
+    pooled = pooled_vs_teacher(rows)
+    if pooled:
+        lines += ["", f"Students vs teacher, pooled over {pooled['surfaces']} surfaces ({pooled['rows']:,} holdout rows, "
+                      f"row-weighted): AUC {pooled['auc']:+.4f} [{pooled['auc_lo']:+.4f}, {pooled['auc_hi']:+.4f}], "
+                      f"NE {pooled['ne']:+.4f} [{pooled['ne_lo']:+.4f}, {pooled['ne_hi']:+.4f}] (student - teacher; "
+                      f"95% intervals)"]
     return "\n".join(lines) + "\n"
+
+
+def _signed(value) -> str:
+    figure = _figure(value)
+    return "n/a" if figure is None else f"{figure:+.4f}"
+
+
+def _with_interval(text: str, row: dict, metric: str) -> str:
+    lo, hi = _figure(row.get(f"vs_teacher_{metric}_lo")), _figure(row.get(f"vs_teacher_{metric}_hi"))
+    return text if text.startswith("n/a") or lo is None or hi is None else f"{text} [{lo:+.4f}, {hi:+.4f}]"
+
+
+def pooled_vs_teacher(rows: list[dict]) -> dict:
+    """Student - teacher AUC and NE over the surfaces with students and an AUC on enough
+    evidence: the holdout-row-weighted mean of the per-surface paired differences, its
+    interval from theirs (surfaces' rows are disjoint: standard errors combined as
+    independent); {} when no surface has one."""
+    keys = [f"vs_teacher_{m}{end}" for m in ("auc", "ne") for end in ("", "_lo", "_hi")]
+    used = [r for r in rows if r.get("vs_teacher_rows") and r.get("student_auc") is not None
+            and all(r.get(k) is not None for k in keys)]
+    if not used:
+        return {}
+    weights = [float(r["vs_teacher_rows"]) for r in used]
+    total = sum(weights)
+    out = {"surfaces": len(used), "rows": int(total)}
+    for metric in ("auc", "ne"):
+        mean = sum(w * r[f"vs_teacher_{metric}"] for w, r in zip(weights, used)) / total
+        var = sum((w / total) ** 2 * ((r[f"vs_teacher_{metric}_hi"] - r[f"vs_teacher_{metric}_lo"]) / 3.92) ** 2
+                  for w, r in zip(weights, used))
+        out.update({metric: mean, f"{metric}_lo": mean - 1.96 * math.sqrt(var),
+                    f"{metric}_hi": mean + 1.96 * math.sqrt(var)})
+    return out
 
 
 def summary(teacher: dict, promoted: dict, workspace: str, ctx: RunContext) -> SummaryResult:
@@ -84,12 +130,19 @@ def summary(teacher: dict, promoted: dict, workspace: str, ctx: RunContext) -> S
     teacher_gate = promoted.get("teacher") or {}
     markdown = markdown_table(ctx.pipeline_run_id, teacher.get("model_uri", ""), rows, teacher_gate)
     payload = {"pipeline_run_id": ctx.pipeline_run_id, "teacher": {**teacher, "gate": teacher_gate},
-               "surfaces": rows}
+               "surfaces": rows, "vs_teacher_pooled": pooled_vs_teacher(rows),
+               "recalibrated": [r["surface"] for r in rows if r["recalibrated"]]}
     write_json(payload, Path(workspace) / "summary.json")
     write_text(markdown, Path(workspace) / "summary.md")
     ctx.configure()
     import mlflow
 
-    mlflow.MlflowClient().log_text(ctx.parent_run_id, markdown, "summary.md")
+    client = mlflow.MlflowClient()
+    client.log_text(ctx.parent_run_id, markdown, "summary.md")
+    pooled = payload["vs_teacher_pooled"]  # two pipeline runs compare on how much of the teacher reached students
+    for key in ("auc", "auc_lo", "auc_hi", "ne", "ne_lo", "ne_hi", "surfaces"):
+        if key in pooled:
+            client.log_metric(ctx.parent_run_id, f"students_vs_teacher/{key}", float(pooled[key]))
+    client.log_metric(ctx.parent_run_id, "students/recalibrated", float(len(payload["recalibrated"])))
     finish_pipeline(ctx, payload, description=markdown)
     return SummaryResult(markdown=markdown, rows=rows)

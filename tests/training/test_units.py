@@ -83,7 +83,31 @@ def test_the_summary_shows_short_evidence_as_not_available():
            "student": "student_video v1", "decision": "not enough evidence", "why": "2 positives, needs 30"}
     table = markdown_table("run", "models:/gem_teacher/1", [row])
     line = next(line for line in table.splitlines() if line.startswith("| video"))
-    assert "1.0000" not in line and "0.0000" not in line and line.count("n/a (2 positives)") == 4
+    assert "1.0000" not in line and "0.0000" not in line and line.count("n/a (2 positives)") == 5
+
+
+def test_the_summary_shows_students_against_their_teacher_with_intervals_and_pooled():
+    from gem_app.stages.summary import markdown_table, pooled_vs_teacher
+
+    def row(surface, auc, lo, hi, rows):
+        return {"surface": surface, "teacher_auc": 0.7, "teacher_ne": 0.9, "teacher_positives": 50.0,
+                "teacher_negatives": 400.0, "student_auc": 0.7 + auc, "student_ne": 0.95, "no_teacher_auc": 0.6,
+                "lift_auc": 0.1, "lift_ne": 0.02, "holdout_positives": 50.0, "holdout_negatives": 400.0,
+                "vs_teacher_auc": auc, "vs_teacher_auc_lo": lo, "vs_teacher_auc_hi": hi, "vs_teacher_ne": 0.05,
+                "vs_teacher_ne_lo": 0.01, "vs_teacher_ne_hi": 0.09, "vs_teacher_rows": rows,
+                "student": f"student_{surface} v1 (recalibrated)", "decision": "keep", "why": "-"}
+
+    rows = [row("feed", -0.02, -0.04, 0.0, 300.0), row("video", 0.01, -0.01, 0.03, 100.0)]
+    table = markdown_table("run", "models:/gem_teacher/1", rows)
+    line = next(line for line in table.splitlines() if line.startswith("| feed"))
+    assert "-0.0200 [-0.0400, +0.0000]" in line and "+0.0500 [+0.0100, +0.0900]" in line
+    pooled = pooled_vs_teacher(rows)
+    assert pooled["auc"] == pytest.approx(0.75 * -0.02 + 0.25 * 0.01) and pooled["surfaces"] == 2
+    assert pooled["auc_lo"] < pooled["auc"] < pooled["auc_hi"]
+    # independent surfaces: the pooled interval is narrower than the widest surface's
+    assert pooled["auc_hi"] - pooled["auc_lo"] < 0.04
+    assert "pooled over 2 surfaces (400 holdout rows" in table
+    assert pooled_vs_teacher([{**rows[0], "vs_teacher_auc": None}]) == {}
 
 
 def test_rank_slices_partition_the_global_batch():

@@ -1,0 +1,125 @@
+"""Students chosen on validation (issue 43): a validation part by time, a grid searched on
+its label loss only, Platt recalibration folded into the served model, and the distill
+stage's record of it all (real MLflow, real Feast, the tiny world)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import mlflow
+import numpy as np
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from gem.config import from_dict, with_point
+from gem_app.stages.context import RunContext
+from students.config import DistillConfig
+from students.data import attach_knowledge, load_table
+from students.selection import binary_ne, recalibrate, select, teacher_ne, validation_split
+from students.train import predict
+
+STUDENT = {"embedding_dim": 8, "history_len": 4, "mlp_hidden": [16, 8]}
+
+
+@pytest.fixture(scope="module")
+def tables(world):
+    cfg = from_dict(DistillConfig, {"student": STUDENT})
+    train, spec = load_table(world.features["student"], cfg.student)
+    holdout, _ = load_table(world.features["eval"], cfg.student)
+    return attach_knowledge(train, world.repo), attach_knowledge(holdout, world.repo), spec
+
+
+def _cfg(**extra) -> DistillConfig:
+    return from_dict(DistillConfig, {"student": STUDENT, "optim": {"epochs": 3, "batch_size": 64, "patience": 1},
+                                     "surfaces": ["feed"], "transfer": {"kd": {"weight": 0.5}}, **extra})
+
+
+def test_validation_is_the_newest_share_by_time(tables):
+    train, _, _ = tables
+    fit, valid = validation_split(train, 0.25)
+    assert len(fit) + len(valid) == len(train)
+    assert int(fit.event_time_us.max()) < int(valid.event_time_us.min())  # strictly after, one cut
+    assert 0.15 < len(valid) / len(train) < 0.35
+    assert fit.window_us[1] == valid.window_us[0]
+    with pytest.raises(ValueError, match="share"):
+        validation_split(train, 1.0)
+
+
+def test_with_point_applies_dotted_overrides_and_checks_them():
+    cfg = with_point(_cfg(), {"optim.lr": 0.001, "transfer.kd.weight": 0.3})
+    assert cfg.optim.lr == 0.001 and cfg.transfer.kd.weight == 0.3 and cfg.optim.epochs == 3
+    with pytest.raises(ValueError, match="lr"):
+        with_point(_cfg(), {"optim.lr": -1.0})
+
+
+def test_the_grid_is_chosen_on_validation_loss_alone(tables):
+    train, holdout, spec = tables
+    fit, valid = validation_split(train, 0.25)
+    grid = [{"optim.lr": 1e-6}, {"optim.lr": 0.01}]  # a learning rate that cannot move against one that can
+    chosen = select(fit, valid, holdout, spec, _cfg(), "feed", grid)
+    losses = [t["valid_loss"] for t in chosen.trials]
+    assert [t["point"] for t in chosen.trials] == grid
+    assert chosen.point == grid[int(np.argmin(losses))]
+    assert all(np.isfinite(t["valid_auc"]) and t["epochs_run"] >= 1 for t in chosen.trials)
+    assert chosen.result.eval_probs is not None  # the holdout is scored, never read to choose
+    assert "validation" in chosen.windows and "adapter_fit" not in chosen.windows
+
+
+def test_a_student_worse_than_the_base_rate_is_recalibrated_into_the_served_model(tables):
+    train, holdout, spec = tables
+    fit, valid = validation_split(train, 0.25)
+    chosen = select(fit, valid, holdout, spec, _cfg(), "feed", [{}])
+    model = chosen.result.model
+    with torch.no_grad():  # break its calibration: every click probability far too high
+        model.out.bias[0] += 4.0
+    part = valid.subset(valid.surface == list(valid.surfaces).index("feed"))
+    labels = part.labels[:, 0].numpy()
+    assert binary_ne(labels, predict(model, part)[:, 0].numpy()) >= 1.0
+    before_holdout = chosen.result.eval_probs.clone()
+    info = recalibrate(chosen, valid, holdout, "feed", teacher_valid_ne=0.9)
+    assert info["applied"] and info["valid_ne_after"] < 1.0 <= info["valid_ne_before"]
+    # folded into the model itself: what the registry serves is the recalibrated student
+    assert binary_ne(labels, predict(model, part)[:, 0].numpy()) == pytest.approx(info["valid_ne_after"], rel=1e-4)
+    assert not torch.allclose(chosen.result.eval_probs, before_holdout)
+    assert math.isfinite(chosen.result.metrics["ne/click"])
+    # a teacher no better than the base rate is no reason to recalibrate
+    again = select(fit, valid, holdout, spec, _cfg(), "feed", [{}])
+    with torch.no_grad():
+        again.result.model.out.bias[0] += 4.0
+    assert not recalibrate(again, valid, holdout, "feed", teacher_valid_ne=1.2)["applied"]
+    assert math.isfinite(teacher_ne(valid, "feed"))
+
+
+def test_the_distill_stage_selects_records_and_compares_with_the_teacher(world, tmp_path):
+    from gem_app.stages.distill import distill
+
+    ctx = RunContext(pipeline_run_id="select-test", tracking_root=str(tmp_path))
+    overrides = ["transfer.kd.weight=0.5", "transfer.representation.enabled=true", "optim.epochs=2",
+                 "optim.batch_size=64", "optim.patience=1", "student.history_len=4",
+                 "selection.validation_share=0.25",
+                 "selection.grid=[{optim.lr: 0.003}, {transfer.kd.weight: 0.8}]",
+                 "selection.no_teacher_grid=[{optim.lr: 0.003}, {optim.weight_decay: 0.3}]"]
+    try:
+        result = distill("feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo),
+                         world.teacher_uri, str(tmp_path / "students"), ctx, preset="default", overrides=overrides)
+        assert result.selection["student"]["points"] == result.selection["no_teacher"]["points"] == 2
+        assert result.selection["student"]["point"] in ({"optim.lr": 0.003}, {"transfer.kd.weight": 0.8})
+        vs = result.vs_teacher
+        assert vs["auc_lo"] <= vs["auc"] <= vs["auc_hi"] and vs["ne_lo"] <= vs["ne"] <= vs["ne_hi"]
+        assert set(result.metrics["teacher"]) == {"auc", "ne"}
+        client = MlflowClient(ctx.configure())
+        runs = mlflow.search_runs(search_all_experiments=True, filter_string="params.`select.student.chosen` != ''",
+                                  output_format="list")
+        assert runs, "the distill run records its chosen point"
+        run = runs[0]
+        assert json.loads(run.data.params["select.student.chosen"]) == result.selection["student"]["point"]
+        history = client.get_metric_history(run.info.run_id, "select/student/valid_loss")
+        assert [m.step for m in history] == [0, 1]
+        assert run.data.tags["select.student.recalibrated"] in ("true", "false")
+        for key in ("eval/vs_teacher/auc", "eval/vs_teacher/auc_lo", "eval/teacher/auc"):
+            assert key in run.data.metrics, key
+        assert run.data.params["lineage.validation_window"]
+    finally:
+        mlflow.set_tracking_uri("")
