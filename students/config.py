@@ -163,6 +163,9 @@ class SelectionConfig:
     # Platt-recalibrate (on validation) a chosen student whose validation NE is >= 1 while
     # its teacher's is below 1 (or unknown)
     calibrate: bool = True
+    # retrain the chosen point on the whole student window for the chosen epochs (a
+    # recalibrated student is kept as validated: its calibration was fit on that model)
+    refit: bool = True
 
 
 @dataclass(kw_only=True)

@@ -3,7 +3,8 @@
     train, valid = validation_split(train, 0.2)          # the newest 20% of the rows, by time
     chosen = select(train, valid, holdout, spec, cfg, surface, grid)
     chosen.result, chosen.point, chosen.trials            # the winner, its point, every point's figures
-    recalibrate(chosen, valid, teacher_ne)                 # Platt on validation, folded into the model
+    recalibrate(chosen, valid, holdout, surface, teacher_ne)  # Platt on validation, folded into the model
+    refit(chosen, train_and_valid, holdout, spec, surface)    # or: the chosen point on every row
 
 Every grid point trains one student on ``train`` with early stopping on ``valid``'s label
 loss (students.train.train_student); the point with the lowest validation label loss
@@ -32,6 +33,8 @@ class Chosen:
     trials: list[dict] = field(default_factory=list)  # per point: the point, valid loss / AUC / NE, epochs
     calibration: dict = field(default_factory=dict)  # {"applied", "valid_ne_before", "valid_ne_after", "a", "b"}
     windows: dict = field(default_factory=dict)  # the winning run's windows (train, validation, adapter fit, ...)
+    cfg: object = None  # the winning point's DistillConfig
+    refit: dict = field(default_factory=dict)  # {"epochs", "rows"} when retrained on the whole window
 
 
 def validation_split(table: StudentTable, share: float) -> tuple[StudentTable, StudentTable]:
@@ -95,10 +98,29 @@ def select(train: StudentTable, valid: StudentTable, holdout: StudentTable | Non
                  "epochs_run": int(res.selection.get("epochs_run", 0)), **_valid_figures(res.model, part)}
         trials.append(trial)
         if best is None or trial["valid_loss"] < best.trials[0]["valid_loss"]:
-            best = Chosen(res, dict(point), [trial], windows=dict(out.windows))
+            best = Chosen(res, dict(point), [trial], windows=dict(out.windows), cfg=point_cfg)
     assert best is not None
     best.trials = trials
     return best
+
+
+def refit(chosen: Chosen, train: StudentTable, holdout: StudentTable | None, spec, surface: str, *,
+          teacher_model=None) -> dict:
+    """Retrain the chosen point on the whole student window (training and validation
+    rows: the newest rows are the ones most like the holdout) for the epochs validation
+    chose, without looking at validation again; the refit student replaces the chosen
+    one. Returns what was done."""
+    from dataclasses import replace
+
+    from students.distill import distill
+
+    epochs = max(int(chosen.trials[[t["point"] for t in chosen.trials].index(chosen.point)]["best_epoch"]) + 1, 1)
+    cfg = replace(chosen.cfg, optim=replace(chosen.cfg.optim, epochs=epochs, patience=0), validation_days=0.0)
+    out = distill(train, holdout, spec, cfg, teacher_model=teacher_model)
+    chosen.result = out.students[surface]
+    chosen.windows = dict(out.windows)  # one training window: validation rows are training rows now
+    chosen.refit = {"epochs": epochs, "rows": int(len(train))}
+    return chosen.refit
 
 
 def platt(logits: torch.Tensor, labels: torch.Tensor, steps: int = 200) -> tuple[float, float]:

@@ -235,7 +235,7 @@ def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base
     the rule says; otherwise each trained once at the preset."""
     from students.distill import capacity_matched
     from students.distill import distill as run_distill
-    from students.selection import Chosen, recalibrate, select, teacher_ne, validation_split
+    from students.selection import Chosen, recalibrate, refit, select, teacher_ne, validation_split
 
     sel = cfg.selection
     if not sel.validation_share:
@@ -253,6 +253,10 @@ def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base
         reference = teacher_ne(valid, surface)
         for chosen in (student, baseline):
             recalibrate(chosen, valid, holdout, surface, reference)
+    if sel.refit:
+        for chosen, model in ((student, teacher_model), (baseline, None)):
+            if not chosen.calibration.get("applied"):
+                refit(chosen, train, holdout, spec, surface, teacher_model=model)
     return {"no_teacher": baseline, "student": student, "windows": student.windows}
 
 
@@ -278,8 +282,11 @@ def log_selection(chosen: dict) -> dict:
         mlflow.set_tag(f"select.{who}.recalibrated", str(recalibrated).lower())
         mlflow.log_metrics(computed({f"select/{who}/{k}": v for k, v in c.calibration.items()
                                      if k not in ("applied",)}))
+        if c.refit:
+            mlflow.log_metrics({f"select/{who}/refit_epochs": float(c.refit["epochs"]),
+                                f"select/{who}/refit_rows": float(c.refit["rows"])})
         record[who] = {"point": c.point, "points": len(c.trials), "recalibrated": recalibrated,
-                       "valid_loss": min(t["valid_loss"] for t in c.trials)}
+                       "valid_loss": min(t["valid_loss"] for t in c.trials), "refit": dict(c.refit)}
     return record
 
 

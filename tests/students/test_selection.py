@@ -67,6 +67,20 @@ def test_the_grid_is_chosen_on_validation_loss_alone(tables):
     assert "validation" in chosen.windows and "adapter_fit" not in chosen.windows
 
 
+def test_refit_retrains_the_chosen_point_on_every_row(tables):
+    from students.selection import refit
+
+    train, holdout, spec = tables
+    fit, valid = validation_split(train, 0.25)
+    chosen = select(fit, valid, holdout, spec, _cfg(), "feed", [{}, {"optim.lr": 0.01}])
+    rows = int((train.surface == list(train.surfaces).index("feed")).sum())
+    assert chosen.result.train_examples < rows
+    done = refit(chosen, train, holdout, spec, "feed")
+    best = chosen.trials[[t["point"] for t in chosen.trials].index(chosen.point)]
+    assert done["epochs"] == best["best_epoch"] + 1 and chosen.result.train_examples == rows
+    assert len(chosen.result.train_loss) == done["epochs"] and "validation" not in chosen.windows
+
+
 def test_a_student_worse_than_the_base_rate_is_recalibrated_into_the_served_model(tables):
     train, holdout, spec = tables
     fit, valid = validation_split(train, 0.25)
@@ -120,6 +134,11 @@ def test_the_distill_stage_selects_records_and_compares_with_the_teacher(world, 
         assert run.data.tags["select.student.recalibrated"] in ("true", "false")
         for key in ("eval/vs_teacher/auc", "eval/vs_teacher/auc_lo", "eval/teacher/auc"):
             assert key in run.data.metrics, key
-        assert run.data.params["lineage.validation_window"]
+        # refit on the whole student window for the chosen epochs (a recalibrated student is kept as validated)
+        if run.data.tags["select.student.recalibrated"] == "false":
+            assert 1 <= run.data.metrics["select/student/refit_epochs"] <= 2, run.data.metrics
+            assert result.selection["student"]["refit"]["epochs"] >= 1
+        else:
+            assert "select/student/refit_epochs" not in run.data.metrics
     finally:
         mlflow.set_tracking_uri("")
