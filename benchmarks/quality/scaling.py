@@ -199,7 +199,26 @@ def curve(results: list[dict], replicates: int, seed: int = 0) -> dict:
             gaps.append({"best_simple": best, **paired_difference(pairs, weights, metric="auc")})
         out["gem_minus_best_simple"] = gaps
         out["gem_minus_best_simple_grows"] = bool(gaps[-1]["mean"] > gaps[0]["mean"])
+    deep = [m for m in out["models"] if m not in (*SIMPLE, "gem")]
+    if "gem" in out["models"] and deep:  # GEM minus every deep model, paired, at every point
+        out["gem_minus"] = {m: [_paired_gap(r, m, labels, weights) for r in results] for m in deep}
+        peers = [m for m in deep if m != "dlrm_baseline"]  # DLRM is GEM's own ablation, not a peer
+        if peers:
+            best = [max(peers, key=lambda m: out["models"][m]["auc"][i]) for i in range(len(results))]
+            lead = [{"best_peer": b, **out["gem_minus"][b][i]} for i, b in enumerate(best)]
+            out["gem_minus_best_peer"] = lead
+            out["gem_lead_does_not_shrink"] = bool(lead[-1]["mean"] >= lead[0]["mean"])
+            out["gem_above_every_peer_everywhere"] = all(out["gem_minus"][m][i]["lo"] > 0
+                                                          for m in peers for i in range(len(results)))
     return out
+
+
+def _paired_gap(result: dict, other: str, labels: np.ndarray, weights: np.ndarray) -> dict:
+    from students.stats import paired_difference
+
+    gem, them = result["predictions"]["gem"], result["predictions"][other]
+    pairs = [(np.arange(len(labels)), labels, p, them[j % len(them)]) for j, p in enumerate(gem)]
+    return paired_difference(pairs, weights, metric="auc")
 
 
 def scale_gaps(results: list[dict], replicates: int) -> dict:
@@ -410,6 +429,9 @@ def print_scaling(scaling: dict, path: Path) -> None:
             lo, hi = f["slope_ci95"]
             print(f"  {m:<16} auc {' '.join(f'{a:.4f}' for a in f['auc'])}  slope/doubling "
                   f"{f['slope_per_doubling']:+.4f} [{lo:+.4f}, {hi:+.4f}]")
+        for i, gap in enumerate(d.get("gem_minus_best_peer", [])):
+            print(f"  gem - best peer ({gap['best_peer']}) at {d['train_rows'][i]:,} rows: {gap['mean']:+.4f} "
+                  f"[{gap['lo']:+.4f}, {gap['hi']:+.4f}]")
         ratio = d.get("gem_slope_over_dlrm", {})
         print("  gem slope / dlrm slope:", f"{ratio['mean']:.2f} [{ratio['lo']:.2f}, {ratio['hi']:.2f}]"
               if ratio.get("defined", True) and "mean" in ratio else ratio.get("why", "-"))
