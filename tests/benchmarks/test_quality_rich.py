@@ -145,9 +145,13 @@ def test_scaling_curve_measures_slopes_and_the_gap_to_the_simple_baselines():
     for i, rows in enumerate((1000, 2000, 4000, 8000)):
         strength = 0.3 * (i + 1)  # "gem" sharpens with every doubling, "dlrm_baseline" half as fast
         preds = {"gem": [labels * strength + noise], "dlrm_baseline": [labels * (0.3 + 0.15 * i) + noise],
-                 "lr_ids": [labels * 0.6 + noise]}
+                 "lr_ids": [labels * 0.6 + noise], "bst": [labels * 0.75 + noise]}  # a peer GEM overtakes
         results.append(_result(f"{rows / 8000:g}", rows, preds, labels, users))
     out = curve(results, replicates=200)
+    lead = out["gem_minus_best_peer"]  # DLRM is GEM's ablation, not a peer
+    assert [g["best_peer"] for g in lead] == ["bst"] * 4 and set(out["gem_minus"]) == {"dlrm_baseline", "bst"}
+    assert lead[0]["hi"] < 0 < lead[-1]["lo"] and out["gem_lead_does_not_shrink"]
+    assert not out["gem_above_every_peer_everywhere"]
     gem, dlrm = out["models"]["gem"], out["models"]["dlrm_baseline"]
     assert out["train_rows"] == [1000, 2000, 4000, 8000]
     assert gem["slope_per_doubling"] > dlrm["slope_per_doubling"] > 0 and gem["slope_ci95"][0] > 0
