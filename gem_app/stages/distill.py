@@ -145,7 +145,6 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
     from gem.knowledge.feast import registered_knowledge
     from gem.knowledge.teacher import load_teacher
     from students.distill import capacity_matched
-    from students.distill import distill as run_distill
     from students.protocol import lineage
     from students.pyfunc import input_example
     from students.registry import log_student

@@ -84,10 +84,11 @@ def markdown_table(run_id: str, teacher_uri: str, rows: list[dict], teacher_gate
                                         r["decision"] or "-", _cell(r["why"]) or "-"]) + " |")
     pooled = pooled_vs_teacher(rows)
     if pooled:
-        lines += ["", f"Students vs teacher, pooled over {pooled['surfaces']} surfaces ({pooled['rows']:,} holdout rows, "
-                      f"row-weighted): AUC {pooled['auc']:+.4f} [{pooled['auc_lo']:+.4f}, {pooled['auc_hi']:+.4f}], "
-                      f"NE {pooled['ne']:+.4f} [{pooled['ne_lo']:+.4f}, {pooled['ne_hi']:+.4f}] (student - teacher; "
-                      f"95% intervals)"]
+        lines += ["", f"Students vs teacher, pooled over {pooled['surfaces']} surfaces "
+                      f"({pooled['rows']:,} holdout rows, row-weighted): "
+                      f"AUC {pooled['auc']:+.4f} [{pooled['auc_lo']:+.4f}, {pooled['auc_hi']:+.4f}], "
+                      f"NE {pooled['ne']:+.4f} [{pooled['ne_lo']:+.4f}, {pooled['ne_hi']:+.4f}] "
+                      "(student - teacher; 95% intervals)"]
     return "\n".join(lines) + "\n"
 
 
