@@ -104,8 +104,10 @@ def main(argv: list[str] | None = None) -> dict:
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
     work = Path(args.work_dir or work_dir("quality-peers"))
-    base = ["--history", "labels", "--grid-history", "on", "--work-dir", str(work), "--models", args.models,
-            "--replicates", str(args.replicates), *passed]
+    # the reference is the data curve's protocol: one epoch (the bench's default is 2), the
+    # lr grid x{1, 0.3}; a variant's own arguments come after these and win
+    base = ["--history", "labels", "--grid-history", "on", "--max-epochs", "1", "--grid-lr-scale", "1,0.3",
+            "--work-dir", str(work), "--models", args.models, "--replicates", str(args.replicates), *passed]
     todo = variant_units(args.dataset, variants, [float(f) for f in args.fractions.split(",") if f])
     started = time.perf_counter()
     done = run_units(todo, base, args.jobs)
