@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> dict:
         scaling["data"] = curve(data, args.replicates)
         scaling["data"]["dataset"] = Path(args.dataset).name
         tiny = data[-1]
-        if tiny["unit"]["point"] == "1":
+        if tiny["unit"]["point"] == "1" and "size" in parts:  # the size curve's smallest point, not a panel alone
             by["size"] = [{**tiny, "unit": {**tiny["unit"], "point": "tiny"}}] + by["size"]
     if by["simulator"]:
         scaling["simulator"] = scale_gaps(sorted(by["simulator"], key=lambda r: int(r["unit"]["point"][:-1])),
