@@ -72,12 +72,12 @@ def _run(args: argparse.Namespace) -> int:
         from gem_app.promotion import GateConfig
 
         try:
-            settings = dict(item.split("=", 1) for item in args.gate)
-            GateConfig.from_dict({**params.get("gate_settings", {}), **settings})
+            settings = {**params.get("gate_settings", {}), **dict(item.split("=", 1) for item in args.gate)}
+            GateConfig.from_dict(settings)  # over the preset's
         except ValueError as exc:
             print(f"error: --gate {' '.join(args.gate)}: {exc} (give KEY=VALUE)", file=sys.stderr)
             return 2
-        params["gate_settings"] = {**params.get("gate_settings", {}), **settings}  # over the preset's
+        params["gate_settings"] = settings
     if args.cut:
         params["cuts"] = list(args.cut)
     else:

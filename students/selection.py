@@ -78,27 +78,24 @@ def _valid_figures(model, part: StudentTable) -> dict:
 
 
 def select(train: StudentTable, valid: StudentTable, holdout: StudentTable | None, spec, cfg, surface: str,
-           grid: list[dict], *, teacher_model=None, adjust=None) -> Chosen:
+           grid: list[dict], *, teacher_model=None) -> Chosen:
     """Train ``cfg`` at every point of ``grid`` ({} alone when empty) for ``surface`` and
-    keep the one with the lowest validation label loss. ``adjust(cfg) -> cfg`` is applied
-    to each point's config (the no-teacher reference's capacity matching)."""
+    keep the one with the lowest validation label loss."""
     from students.distill import distill
 
     part = _surface_rows(valid, surface)
     best: Chosen | None = None
-    trials = []
+    best_loss, trials = math.inf, []
     for point in grid or [{}]:
         point_cfg = with_point(cfg, point).validate()
-        if adjust is not None:
-            point_cfg = adjust(point_cfg)
         out = distill(train, holdout, spec, point_cfg, teacher_model=teacher_model, valid=valid)
         res = out.students[surface]
         trial = {"point": dict(point), "valid_loss": float(res.selection.get("valid_loss", math.inf)),
                  "best_epoch": int(res.selection.get("best_epoch", -1)),
                  "epochs_run": int(res.selection.get("epochs_run", 0)), **_valid_figures(res.model, part)}
         trials.append(trial)
-        if best is None or trial["valid_loss"] < best.trials[0]["valid_loss"]:
-            best = Chosen(res, dict(point), [trial], windows=dict(out.windows), cfg=point_cfg)
+        if best is None or trial["valid_loss"] < best_loss:
+            best, best_loss = Chosen(res, dict(point), windows=dict(out.windows), cfg=point_cfg), trial["valid_loss"]
     assert best is not None
     best.trials = trials
     return best
@@ -114,7 +111,7 @@ def refit(chosen: Chosen, train: StudentTable, holdout: StudentTable | None, spe
 
     from students.distill import distill
 
-    epochs = max(int(chosen.trials[[t["point"] for t in chosen.trials].index(chosen.point)]["best_epoch"]) + 1, 1)
+    epochs = max(int(chosen.result.selection.get("best_epoch", -1)) + 1, 1)
     cfg = replace(chosen.cfg, optim=replace(chosen.cfg.optim, epochs=epochs, patience=0), validation_days=0.0)
     out = distill(train, holdout, spec, cfg, teacher_model=teacher_model)
     chosen.result = out.students[surface]

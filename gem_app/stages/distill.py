@@ -232,7 +232,6 @@ def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base
     """The transfer student and its no-teacher reference: with ``selection.validation_share``,
     each chosen on validation over its grid (students/selection.py) and recalibrated where
     the rule says; otherwise each trained once at the preset."""
-    from students.distill import capacity_matched
     from students.distill import distill as run_distill
     from students.selection import Chosen, recalibrate, refit, select, teacher_ne, validation_split
 
@@ -243,11 +242,8 @@ def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base
         return {"no_teacher": Chosen(base_out.students[surface], {}), "student": Chosen(run.students[surface], {}),
                 "windows": run.windows}
     fit, valid = validation_split(train, sel.validation_share)
-    widths = {"teacher_emb_width": 0 if train.teacher_emb is None else int(train.teacher_emb.shape[1]),
-              "teacher_embedding_dim": int(base_cfg.student.embedding_dim) if cfg.transfer.sharing != "off" else 0}
     student = select(fit, valid, holdout, spec, cfg, surface, sel.grid, teacher_model=teacher_model)
-    baseline = select(fit, valid, holdout, spec, cfg, surface, sel.no_teacher_grid,
-                      adjust=lambda c: capacity_matched(c, **widths))
+    baseline = select(fit, valid, holdout, spec, base_cfg, surface, sel.no_teacher_grid)  # already capacity-matched
     if sel.calibrate:
         reference = teacher_ne(valid, surface)
         for chosen in (student, baseline):
@@ -324,7 +320,7 @@ def log_evaluation(student, baseline, holdout, surface: str, bootstrap: int = 50
         seen = np.isfinite(logits)
         if seen.any():
             teacher = 1.0 / (1.0 + np.exp(-logits[seen]))
-            w_seen = user_weights(holdout.user_raw[rows].numpy()[seen], bootstrap, seed=0)
+            w_seen = weights[:, seen]  # the same resampled users as the lift's
             for name, fn in (("auc", weighted_auc), ("ne", weighted_ne)):
                 metrics[f"eval/teacher/{name}"] = float(fn(labels[seen], teacher, np.ones((1, int(seen.sum()))))[0])
             pair = [(np.arange(int(seen.sum())), labels[seen], probs["student"][seen], teacher)]

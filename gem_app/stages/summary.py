@@ -36,6 +36,7 @@ def _figure(value) -> float | None:
 def _row(teacher: dict, row: dict) -> dict:
     s = row["surface"]
     m, student, no_teacher = teacher["metrics"], row["metrics"]["student"], row["metrics"]["no_teacher"]
+    chosen = row.get("selection", {}).get("student", {})  # the distill step's selection of this student
     return {"surface": s,
             "teacher_auc": _figure(m.get(f"eval/auc/{s}/click")), "teacher_ne": _figure(m.get(f"eval/ne/{s}/click")),
             # what each AUC rests on (an AUC short of evidence is shown "n/a (k positives)")
@@ -49,10 +50,9 @@ def _row(teacher: dict, row: dict) -> dict:
             # student - teacher on the same holdout rows, paired (the distill step's)
             **{f"vs_teacher_{k}": _figure(row.get("vs_teacher", {}).get(k))
                for k in ("auc", "auc_lo", "auc_hi", "ne", "ne_lo", "ne_hi", "rows")},
-            "recalibrated": bool(row.get("selection", {}).get("student", {}).get("recalibrated", False)),
-            "chosen": row.get("selection", {}).get("student", {}).get("point"),
+            "recalibrated": bool(chosen.get("recalibrated", False)), "chosen": chosen.get("point"),
             "student": (f"{row['model_name']} v{row['version']}" if row.get("version") else "none trained")
-            + (" (recalibrated)" if row.get("selection", {}).get("student", {}).get("recalibrated") else ""),
+            + (" (recalibrated)" if chosen.get("recalibrated") else ""),
             "promoted": bool(row.get("promoted", False)),
             "decision": row.get("decision", ""), "why": row.get("why", "")}
 
