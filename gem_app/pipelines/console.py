@@ -58,7 +58,10 @@ class PipelineConsole(io.TextIOBase):
         self.logs.mkdir(parents=True, exist_ok=True)
         self.console = console or Console(file=sys.__stdout__, highlight=False)
         self.progress = Progress(TextColumn("  {task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=True)
+                                 TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=True,
+                                 # on a terminal rich would otherwise take sys.stdout from us and
+                                 # show every task's chatter instead of the step lines
+                                 redirect_stdout=False, redirect_stderr=False)
         self._local = threading.local()
         self._lock = threading.RLock()
         self._index = 0
@@ -70,9 +73,9 @@ class PipelineConsole(io.TextIOBase):
     # ---------------------------------------------------------------- context
     def __enter__(self) -> "PipelineConsole":
         root = logging.getLogger()
-        self._saved = sys.stdout, os.environ.get("GEM_PROGRESS"), root.handlers[:], builtins.print
+        self._saved = sys.stdout, sys.stderr, os.environ.get("GEM_PROGRESS"), root.handlers[:], builtins.print
         os.environ["GEM_PROGRESS"] = "events"
-        sys.stdout = self
+        sys.stdout = sys.stderr = self  # stray chatter (a thread's warning) goes to the step's log too
         # kfp swaps the root logger's handlers per task and restores them racily across
         # threads: whatever it restores must write here too
         root.handlers = [logging.StreamHandler(self)]
@@ -88,7 +91,7 @@ class PipelineConsole(io.TextIOBase):
         self._flush_pending()
         self.progress.stop()
         # kfp indents task output by patching print, and restores it racily across threads
-        sys.stdout, previous, logging.getLogger().handlers, builtins.print = self._saved
+        sys.stdout, sys.stderr, previous, logging.getLogger().handlers, builtins.print = self._saved
         if previous is None:
             os.environ.pop("GEM_PROGRESS", None)
         else:
@@ -181,16 +184,20 @@ class PipelineConsole(io.TextIOBase):
         for text in step.warnings:
             if text not in self._warned:
                 self._warned.add(text)
-                print(f"  ! {step.name}: warning: {text}", file=sys.__stderr__, flush=True)
+                self._say(f"  ! {step.name}: warning: {text}")
 
     def _print_failure(self, step: _Step) -> None:
         lines = step.log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
-        err = sys.__stderr__
-        print(f"✗ {step.name} failed after {step.seconds:.1f} s; its last {len(lines)} lines "
-              f"(whole log: {step.log}):", file=err)
-        for line in lines:
-            print(f"  {line}", file=err)
-        err.flush()
+        self._say("\n".join([f"✗ {step.name} failed after {step.seconds:.1f} s; its last {len(lines)} lines "
+                              f"(whole log: {step.log}):", *(f"  {line}" for line in lines)]))
+
+    def _say(self, text: str) -> None:
+        """Warnings and failures go to stderr; on a terminal through rich, so that they
+        print above the live bars instead of being overwritten by their next refresh."""
+        if self.console.is_terminal and sys.__stderr__.isatty():
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(text, file=sys.__stderr__, flush=True)
 
     # ---------------------------------------------------------------- events
     def _event(self, event: dict) -> None:

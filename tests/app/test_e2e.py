@@ -4,8 +4,9 @@ users without any attribute; ids written as strings; surfaces and tasks come fro
 data) whose ad clicks are shuffled: there is nothing to learn.
 
 1. `python -m gem pipeline run` is SIGKILLed (whole process group) during pretraining;
-2. rerun, it reuses the finished stages (no rebuilt features) and resumes pretraining
-   in the same MLflow run, registers students with walkable lineage, and promotes
+2. rerun on a pseudo-terminal, as a person types it (the screen holds one line per step
+   and no executor chatter), it reuses the finished stages (no rebuilt features) and
+   resumes pretraining in the same MLflow run, registers students with walkable lineage, and promotes
    nothing: every gate says keep or not enough evidence, and why;
 3. what a person sees: `mlflow server` on the store, read through its REST API (the
    runs, the gate's decision and reason, the registered models' signatures and
@@ -40,6 +41,7 @@ from gem.registry import CHAMPION, EXPERIMENT, TEACHER_MODEL
 from gem_app.refresh.cycle import dataset_until
 from tests.app import mlflow_ui
 from tests.datasets.shapes import _events, _rewrite, make_shapes
+from tests.terminal import Screen, run_in_terminal
 
 
 def _pipeline_cmd(workspace: Path, data: Path) -> list[str]:
@@ -77,6 +79,17 @@ def shuffle_ad_clicks(data: Path, seed: int = 0) -> int:
     return int(ev.loc[ads, "click"].sum())
 
 
+def what_the_terminal_shows(screen: Screen, workspace: Path) -> None:
+    """Issue 41: at most 60 lines, one per step (each step's log named on the screen as a
+    step line), and none of kfp's chatter, which stays in the step logs."""
+    assert len(screen.lines) <= 60, screen.text
+    steps = {log.stem.split("-", 1)[1] for log in (workspace / "logs").glob("[0-9][0-9][0-9]-*.log")}
+    shown = {line.split()[1] for line in screen.lines if line.startswith("✓ ")}
+    assert steps and steps <= shown, (steps - shown, screen.text)
+    for chatter in ("Executing task", "finished with status", "executor_input", "INFO", "Traceback"):
+        assert chatter not in screen.text, (chatter, screen.text)
+
+
 @pytest.mark.slow(minutes=5)
 def test_pipeline_kill_resume_no_promotion_on_shuffled_labels_ui_and_refresh(tmp_path):
     cfg = load_config(SimulatorConfig, section="simulator", preset="tiny", overrides=["days=5"])
@@ -94,9 +107,10 @@ def test_pipeline_kill_resume_no_promotion_on_shuffled_labels_ui_and_refresh(tmp
     teacher_manifest = workspace / "features" / "teacher" / "manifest.json"
     built_at = teacher_manifest.stat().st_mtime_ns
 
-    done = subprocess.run(_pipeline_cmd(workspace, view), capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "| search |" in done.stdout and "mlflow ui --backend-store-uri sqlite:///" in done.stdout
+    done = run_in_terminal(_pipeline_cmd(workspace, view), timeout=900)
+    assert done.returncode == 0, done.text[-3000:]
+    assert "| search |" in done.text and "mlflow ui --backend-store-uri sqlite:///" in done.text
+    what_the_terminal_shows(done, workspace)
     assert teacher_manifest.stat().st_mtime_ns == built_at  # finished stages are reused, not rebuilt
     pretrain = json.loads((workspace / ".stages" / "teacher.train.json").read_text())["result"]
     assert pretrain["run_id"] == run_before  # the killed run was resumed, not restarted
@@ -107,13 +121,13 @@ def test_pipeline_kill_resume_no_promotion_on_shuffled_labels_ui_and_refresh(tmp
     assert json.loads(teacher_manifest.read_text())["dataset"]["data_tasks"] == ["click"]
     warnings = json.loads((workspace / "features" / "teacher" / "report.json").read_text())["warnings"]
     assert any("user_age_bucket" in w and "every" in w for w in warnings), warnings
-    assert "warning: features report: " in done.stderr  # the report's warnings reach the terminal
+    assert "warning: features report: " in done.text  # the report's warnings reach the terminal
 
     # shuffled labels: nothing is promoted, and the terminal says why
     row, teacher_gate = summary["surfaces"][0], summary["teacher"]["gate"]
     assert not row["promoted"] and row["decision"] in ("keep", "not enough evidence") and row["why"]
     assert teacher_gate["outcome"] in ("keep", "not enough evidence") and teacher_gate["reason"]
-    assert "| decision | why |" in done.stdout and row["why"][:40] in done.stdout
+    assert "| decision | why |" in done.text and row["why"][:40] in done.text
 
     # lineage: registered student -> teacher version -> teacher run -> data window and digest
     tracking.configure(workspace, experiment=EXPERIMENT)

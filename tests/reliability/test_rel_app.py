@@ -7,6 +7,7 @@ import io
 import math
 import multiprocessing
 import shutil
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -72,6 +73,36 @@ def test_the_failing_step_prints_its_last_lines_on_stderr(tmp_path, monkeypatch)
     assert console.failed is not None and console.failed.name == "ingest"
     assert "ingest failed" in err.getvalue() and "click=2 in row 7" in err.getvalue()
     assert "click=2 in row 7" in (tmp_path / "logs" / "001-ingest.log").read_text()
+
+
+_STEPS = """
+import json, sys, warnings
+from gem.utils.progress import EVENT_PREFIX
+from gem_app.pipelines.console import PipelineConsole
+with PipelineConsole(sys.argv[1]):
+    for task in ("ingest", "train"):
+        print(f"12:00:00 - INFO - Executing task '{task}'")
+        print('executor input: {"inputs": {}}')
+        for n in range(0, 50, 10):
+            print(EVENT_PREFIX + json.dumps({"kind": "progress", "desc": task, "n": n, "total": 50}))
+        print(EVENT_PREFIX + json.dumps({"kind": "figure", "name": "examples", "value": 1200}))
+        warnings.warn("a thread's stray warning")
+        print(f"12:00:01 - INFO - Task '{task}' finished with status SUCCESS")
+"""
+
+
+def test_on_a_terminal_the_console_shows_step_lines_and_no_chatter(tmp_path):
+    # issue 41: rich's live display took sys.stdout over on a TTY, so a person typing
+    # `make run` saw every task's chatter and no step line (redirected output was fine)
+    from tests.terminal import run_in_terminal
+
+    screen = run_in_terminal([sys.executable, "-c", _STEPS, str(tmp_path)], timeout=60)
+    assert screen.returncode == 0, screen.text
+    assert len(screen.lines) == 2, screen.text
+    assert screen.lines[0].startswith("✓ ingest") and screen.lines[1].startswith("✓ train"), screen.text
+    assert "examples 1,200" in screen.lines[0]
+    logged = (tmp_path / "logs" / "001-ingest.log").read_text()  # (python warns once per place)
+    assert "executor input" in logged and "stray warning" in logged
 
 
 def test_a_running_step_s_log_is_readable_line_by_line(tmp_path):
