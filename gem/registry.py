@@ -3,8 +3,8 @@ the docs all spell a model, an alias or the experiment through these.
 
 - the teacher: ``gem_teacher``; each surface's student: ``student_<surface>``;
 - ``champion``: the version serving (moved only by the gate); ``challenger``: the
-  newest version that lost its gate; ``stale``: the frozen teacher of a transfer
-  experiment;
+  newest version that lost its gate while better than a constant base rate (NE below
+  the gate's ``max_ne``); ``stale``: the frozen teacher of a transfer experiment;
 - a benchmark's models carry its dataset (and the student's method) in the name:
   ``gem_teacher_<dataset>``, ``student_<dataset>_<method>_<surface>``.
 """

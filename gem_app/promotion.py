@@ -147,6 +147,9 @@ class GateDecision:
     gate_run_id: str = ""
     stale: str = ""  # why the commit did not apply a win (the champion moved after the gate)
     config: dict = field(default_factory=dict)
+    # False: a kept model no better than a constant (NE >= max_ne) is not offered as the
+    # challenger either (issue 43: a vertical is calibrated or not offered)
+    offered: bool = True
 
     @property
     def promote(self) -> bool:
@@ -282,8 +285,8 @@ def decide(model_name: str, challenger_version: str, challenger_metrics: dict[st
     outcome, reason = _model_outcome(verdicts, [], cfg)
     if current == str(challenger_version):
         outcome, reason = PROMOTE, f"already the champion (kept as it is); {reason}"
-    return GateDecision(model_name, str(challenger_version), current, outcome, reason, verdicts,
-                        config=asdict(cfg))
+    return _offer(GateDecision(model_name, str(challenger_version), current, outcome, reason, verdicts,
+                               config=asdict(cfg)), cfg)
 
 
 # -- students: paired on the same rows ------------------------------------------------------
@@ -373,8 +376,22 @@ def decide_paired(model_name: str, challenger_version: str, holdouts: dict[str, 
     outcome, reason = _model_outcome(verdicts, model_fails, cfg)
     if already:
         outcome, reason = PROMOTE, f"already the champion (kept as it is); {reason}"
-    return GateDecision(model_name, str(challenger_version), current, outcome, reason, verdicts,
-                        teacher_version=teacher_version, config=asdict(cfg))
+    return _offer(GateDecision(model_name, str(challenger_version), current, outcome, reason, verdicts,
+                               teacher_version=teacher_version, config=asdict(cfg)), cfg)
+
+
+NOT_OFFERED = "not offered as challenger"
+
+
+def _offer(d: GateDecision, cfg: GateConfig) -> GateDecision:
+    """A model that is not promoted and whose holdout NE on some surface is not below
+    ``max_ne`` (no better than a constant base rate, or not measurable) gets no
+    challenger alias; its reason says so."""
+    worse = [v.surface for v in d.surfaces if not v.challenger.get("ne", float("nan")) < cfg.max_ne]
+    if d.promote or not worse:
+        return d
+    return replace(d, offered=False, reason=f"{d.reason}; {NOT_OFFERED} (NE not below {cfg.max_ne:g} on "
+                                            f"{', '.join(worse)})")
 
 
 # -- the commit -------------------------------------------------------------------------------
@@ -490,7 +507,7 @@ def commit(decisions: list[GateDecision], journal_dir: Path | None = None, *, pi
                 fault()
             if d.promote:
                 client.set_registered_model_alias(d.model_name, CHAMPION, d.challenger_version)
-            elif champion_version(d.model_name) != d.challenger_version:  # a rerun: that version is champion
+            elif d.offered and champion_version(d.model_name) != d.challenger_version:  # a rerun: champion
                 client.set_registered_model_alias(d.model_name, CHALLENGER, d.challenger_version)
         for d in final:
             _record(client, d, pipeline_run_id)
@@ -529,7 +546,8 @@ def decision_from_dict(raw: dict) -> GateDecision:
         raise ValueError(f"gate decision outcome {outcome!r} is not one of {OUTCOMES}")
     return GateDecision(raw["model_name"], str(raw["challenger_version"]), raw.get("champion_version") or None,
                         outcome, raw.get("reason", ""), surfaces, raw.get("teacher_version") or "",
-                        raw.get("gate_run_id") or "", raw.get("stale") or "", dict(raw.get("config") or {}))
+                        raw.get("gate_run_id") or "", raw.get("stale") or "", dict(raw.get("config") or {}),
+                        bool(raw.get("offered", True)))
 
 
 def decision_json(decision: GateDecision) -> str:

@@ -358,3 +358,29 @@ def test_a_skipped_surface_reads_not_enough_evidence_and_moves_nothing(registry,
     assert "student_messaging" not in [m.name for m in registry.search_registered_models()]
     row = _row({"metrics": {}}, rows["messaging"])
     assert row["student"] == "none trained" and row["holdout_positives"] == 16.0
+
+
+def test_a_kept_student_worse_than_a_constant_is_not_offered_as_challenger(registry, tmp_path):
+    # issue 43: a vertical model is either calibrated or not offered; NE >= 1 on the
+    # holdout gets no challenger alias, and its reason says so wherever it is read
+    (t1,) = _versions(registry, TEACHER, 1)
+    registry.set_registered_model_alias(TEACHER, CHAMPION, t1)
+    worse, fine = _versions(registry, "student_feed", 2)
+    x, y, users, p = _world()
+    cfg = GateConfig(bootstrap=200)
+    teacher = f"models:/{TEACHER}/{t1}"
+    overconfident = np.clip(p * 4, 0, 0.99)  # ranks like the truth, calibrated nowhere: NE > 1
+    bad = decide_paired("student_feed", worse, {"feed": Holdout(y, users, overconfident, _logistic(x, [1.0, 0.0]))},
+                        cfg, teacher_version=teacher)
+    assert bad.surfaces[0].challenger["ne"] >= 1 and bad.outcome == KEEP and not bad.offered
+    assert "not offered as challenger (NE not below 1 on feed)" in bad.reason
+    assert decision_from_dict(bad.to_dict()).offered is False  # survives kfp's JSON hop
+    commit([bad], tmp_path / "journal")
+    assert _aliases(registry, "student_feed") == {}
+    assert registry.get_model_version("student_feed", worse).tags["gate.reason"] == bad.reason
+    # a kept student better than a constant is still offered
+    kept = decide_paired("student_feed", fine, {"feed": Holdout(y, users, _logistic(x, [1.0, 0.0]), p)}, cfg,
+                         teacher_version=teacher)
+    assert kept.outcome == KEEP and kept.offered and "not offered" not in kept.reason
+    commit([kept], tmp_path / "journal")
+    assert _aliases(registry, "student_feed") == {CHALLENGER: fine}
