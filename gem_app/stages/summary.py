@@ -47,6 +47,7 @@ def _row(teacher: dict, row: dict) -> dict:
             "student_auc": _figure(student.get("auc")), "student_ne": _figure(student.get("ne")),
             "no_teacher_auc": _figure(no_teacher.get("auc")), "no_teacher_ne": _figure(no_teacher.get("ne")),
             "lift_auc": _figure(row["lift"].get("auc")), "lift_ne": _figure(row["lift"].get("ne")),
+            **_gate_lift(row),
             # student - teacher on the same holdout rows, paired (the distill step's)
             **{f"vs_teacher_{k}": _figure(row.get("vs_teacher", {}).get(k))
                for k in ("auc", "auc_lo", "auc_hi", "ne", "ne_lo", "ne_hi", "rows")},
@@ -55,6 +56,13 @@ def _row(teacher: dict, row: dict) -> dict:
             + (" (recalibrated)" if chosen.get("recalibrated") else ""),
             "promoted": bool(row.get("promoted", False)),
             "decision": row.get("decision", ""), "why": row.get("why", "")}
+
+
+def _gate_lift(row: dict) -> dict:
+    """The gate's paired interval of the AUC lift over the no-teacher reference."""
+    verdicts = (row.get("gate") or {}).get("surfaces") or [{}]
+    figures = verdicts[0].get("challenger") or {}
+    return {f"lift_auc_{end}": _figure(figures.get(f"vs_no_teacher_auc_lift_{end}")) for end in ("lo", "hi")}
 
 
 def _float(value) -> float:
@@ -145,5 +153,9 @@ def summary(teacher: dict, promoted: dict, workspace: str, ctx: RunContext) -> S
         if key in pooled:
             client.log_metric(ctx.parent_run_id, f"students_vs_teacher/{key}", float(pooled[key]))
     client.log_metric(ctx.parent_run_id, "students/recalibrated", float(len(payload["recalibrated"])))
+    if rows:
+        from gem_app.stages.plots import surfaces_figure
+
+        client.log_figure(ctx.parent_run_id, surfaces_figure(rows), "plots/surfaces_lift_vs_teacher.png")
     finish_pipeline(ctx, payload, description=markdown)
     return SummaryResult(markdown=markdown, rows=rows)
