@@ -65,6 +65,29 @@ def _gate_lift(row: dict) -> dict:
     return {f"lift_auc_{end}": _figure(figures.get(f"vs_no_teacher_auc_lift_{end}")) for end in ("lo", "hi")}
 
 
+# the parent run's table of surfaces (MLflow's artifact view shows and compares it)
+TABLE = ("surface", "teacher_auc", "teacher_ne", "student_auc", "student_ne", "no_teacher_auc", "lift_auc",
+         "lift_auc_lo", "lift_auc_hi", "vs_teacher_auc", "vs_teacher_auc_lo", "vs_teacher_auc_hi", "decision")
+
+
+def headline(teacher: dict, rows: list[dict]) -> dict[str, float]:
+    """The run's figures on its parent run, so that two pipeline runs compare side by
+    side: the teacher's holdout AUC and NE (click), the students' mean AUC and lift over
+    the surfaces that have them, and how many surfaces got each decision."""
+    from gem_app.promotion import OUTCOMES
+
+    m = teacher.get("metrics", {})
+    out = {"teacher/holdout_auc": _figure(m.get("eval/auc/all/click")),
+           "teacher/holdout_ne": _figure(m.get("eval/ne/all/click"))}
+    for name, key in (("students/mean_auc", "student_auc"), ("students/mean_lift", "lift_auc")):
+        values = [r[key] for r in rows if r.get(key) is not None]
+        out[name] = sum(values) / len(values) if values else None
+    for outcome in OUTCOMES:
+        out[f"decisions/{outcome.replace(' ', '_')}"] = float(sum(r.get("decision") == outcome for r in rows))
+    out["decisions/none_trained"] = float(sum(r.get("student") == "none trained" for r in rows))
+    return {k: float(v) for k, v in out.items() if v is not None}
+
+
 def _float(value) -> float:
     figure = _figure(value)
     return math.nan if figure is None else figure
@@ -153,6 +176,9 @@ def summary(teacher: dict, promoted: dict, workspace: str, ctx: RunContext) -> S
         if key in pooled:
             client.log_metric(ctx.parent_run_id, f"students_vs_teacher/{key}", float(pooled[key]))
     client.log_metric(ctx.parent_run_id, "students/recalibrated", float(len(payload["recalibrated"])))
+    for key, value in headline(teacher, rows).items():
+        client.log_metric(ctx.parent_run_id, key, value)
+    client.log_table(ctx.parent_run_id, {c: [r.get(c) for r in rows] for c in TABLE}, "surfaces.json")
     if rows:
         from gem_app.stages.plots import surfaces_figure
 

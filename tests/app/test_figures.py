@@ -70,3 +70,17 @@ def test_the_parent_run_figure_shows_each_surface_with_its_interval():
     bars = [c.lines[2][0].get_segments()[0] for c in teacher_ax.containers]
     assert [tuple(np.round(seg[:, 0], 4)) for seg in bars] == [(-0.03, 0.01), (0.001, 0.007)]
     assert [t.get_text() for t in lift_ax.get_yticklabels()] == ["feed", "video"]
+
+
+def test_the_parent_run_carries_the_run_s_headline_figures():
+    from gem_app.stages.summary import headline
+
+    rows = [{**_summary_row("feed", 0.05, 0.0029, 0.09, -0.01, -0.03, 0.01), "decision": "promote"},
+            {**_summary_row("video", 0.02, -0.01, 0.05, 0.004, 0.001, 0.007), "decision": "keep"},
+            {"surface": "stories", "student": "none trained", "decision": "not enough evidence"}]
+    figures = headline({"metrics": {"eval/auc/all/click": 0.71, "eval/ne/all/click": 0.93}}, rows)
+    assert figures["teacher/holdout_auc"] == 0.71 and figures["teacher/holdout_ne"] == 0.93
+    assert figures["students/mean_auc"] == np.mean([0.69, 0.704])
+    assert figures["students/mean_lift"] == np.mean([0.05, 0.02])
+    assert (figures["decisions/promote"], figures["decisions/keep"], figures["decisions/not_enough_evidence"],
+            figures["decisions/none_trained"]) == (1.0, 1.0, 1.0, 1.0)
