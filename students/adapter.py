@@ -5,7 +5,10 @@ window only. Its outputs, not the raw teacher's, supervise the student.
 Input per impression (for task t): the teacher's own-surface joint logit for t, with
 ``cross_surface`` the teacher's logits for t on every surface (S), and the configured
 dense features, standardised on the fit window. Model: logistic regression (``hidden``
-0) or one hidden layer, fit by L-BFGS with an L2 penalty; one per (surface, task).
+0) or one hidden layer, fit by L-BFGS with an L2 penalty; one per (surface, task). A
+logistic head starts from, and is pulled towards, the identity map on the teacher's own
+logit: with few fresh labels it stays the teacher; a head whose fit window holds fewer
+than ``min_labels`` clicks or non-clicks is the identity.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ class StudentAdapter(nn.Module):
             for t in range(self.num_tasks):
                 k = s * self.num_tasks + t
                 x, y = self._inputs(table, t)[rows], table.labels[rows, t]
-                if len(y) < 2 or float(y.sum()) < 1:  # nothing to learn: identity map on the teacher logit
+                clicks = float(y.sum())
+                if min(clicks, len(y) - clicks) < max(self.cfg.min_labels, 1):  # too little to recalibrate
                     self._identity(k)
                     continue
                 mean, std = x.mean(0), x.std(0).clamp(min=1e-3)
@@ -78,15 +82,23 @@ class StudentAdapter(nn.Module):
     def _fit_head(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
         head = self.heads[k]
         gen = torch.Generator().manual_seed(k)
+        prior = {}  # name -> the weights the penalty pulls towards (zero when absent)
         with torch.no_grad():
-            for p in head.parameters():
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.01)
+            if isinstance(head, nn.Linear):  # the identity on the standardised own logit
+                head.weight.zero_()
+                head.weight[0, 0] = self.std[k, 0]
+                head.bias.fill_(float(self.mean[k, 0]))
+                prior["weight"] = head.weight.detach().clone()
+            else:
+                for p in head.parameters():
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.01)
         opt = torch.optim.LBFGS(head.parameters(), lr=1.0, max_iter=self.cfg.max_iter, line_search_fn="strong_wolfe")
 
         def closure():
             opt.zero_grad()
             loss = F.binary_cross_entropy_with_logits(head(x).squeeze(1), y)
-            loss = loss + self.cfg.l2 * sum((p**2).sum() for n, p in head.named_parameters() if "weight" in n)
+            loss = loss + self.cfg.l2 * sum(((p - prior.get(n, 0.0)) ** 2).sum()
+                                            for n, p in head.named_parameters() if "weight" in n)
             loss.backward()
             return loss
 

@@ -53,8 +53,12 @@ class AdapterConfig:
     features: list[str] = field(default_factory=lambda: ["log_history_len"])  # dense features it also sees
     cross_surface: bool = True  # also read the teacher's logits for the other surfaces
     hidden: int = 0  # 0: logistic regression; >0: one hidden layer
-    l2: float = 1e-3
+    l2: float = 1e-3  # towards the identity map (the teacher as it is) for a logistic head
     max_iter: int = 100
+    # a (surface, task) head needs this many clicks and as many non-clicks in its fit window;
+    # fewer, and it passes the teacher through unchanged (fit on 3 rows, a head of ~30
+    # inputs inverted the teacher on sparse real logs, and its students with it)
+    min_labels: int = 10
 
 
 @dataclass(kw_only=True)

@@ -107,7 +107,8 @@ def test_adapter_is_fit_on_the_newest_window_only(tables):
     from students.distill import fit_adapter
 
     train, _, _ = tables
-    cfg = _cfg({"adapter": {"weight": 0.5, "newest_periods": 1}}, period_days=0.25)  # newest = last 6 hours
+    # newest = last 6 hours; every head fit, however few its labels (test_adapter.py: the floor)
+    cfg = _cfg({"adapter": {"weight": 0.5, "newest_periods": 1, "min_labels": 1}}, period_days=0.25)
     window_end = (int(train.event_time_us.max()) // (86_400 * 10**6) + 1) * 86_400 * 10**6
     newest_start = window_end - 6 * 3600 * 10**6
     adapter = fit_adapter(train, cfg, STUDENT.get("dense_features", StudentModelConfig().dense_features))
