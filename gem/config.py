@@ -136,6 +136,16 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+# where a run logs, not what it does: MLflow shows a run's store and experiment itself,
+# and a param naming another experiment (or a machine path) only misleads
+WHERE_KEYS = ("tracking_uri", "experiment", "run_name")
+
+
+def run_params(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """``flatten(cfg, prefix)`` without the WHERE_KEYS: a config as MLflow params."""
+    return {k: v for k, v in flatten(cfg, prefix).items() if k.rsplit(".", 1)[-1] not in WHERE_KEYS}
+
+
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
     """``{"a.b": 1}`` form, e.g. for MLflow params."""
     out: dict[str, Any] = {}

@@ -18,6 +18,8 @@ from itertools import combinations
 
 import numpy as np
 
+from gem.protocol import window_tag
+
 
 def to_us(value) -> int:
     if isinstance(value, (int, np.integer)):
@@ -66,8 +68,9 @@ def iso(us: int) -> str:
 
 
 def window_text(window) -> str:
-    """``start/end`` (ISO) of a ``[start_us, end_us)`` pair; "" for none."""
-    return f"{iso(window[0])}/{iso(window[1])}" if window else ""
+    """``start..end`` (ISO; gem.protocol.window_tag's spelling) of a ``[start_us, end_us)``
+    pair; "" for none."""
+    return window_tag(iso(window[0]), iso(window[1])) if window else ""
 
 
 def lineage(windows: dict[str, list[int]], *, teacher_version: str = "", teacher_window: str = "",
@@ -76,7 +79,7 @@ def lineage(windows: dict[str, list[int]], *, teacher_version: str = "", teacher
     tags): which teacher, trained on which window, whose knowledge over which window was
     read at which cadence, and the train / validation / adapter-fit / evaluation windows."""
     out = {"lineage.teacher_version": teacher_version or "none", "lineage.teacher_window": teacher_window or "unknown",
-           "lineage.knowledge_window": "/".join(knowledge_window or []) or "none",
+           "lineage.knowledge_window": window_tag(*knowledge_window) if knowledge_window else "none",
            "lineage.knowledge_cadence": refresh_every or "none"}
     for name in ("train", "validation", "adapter_fit", "evaluation"):
         out[f"lineage.{name}_window"] = window_text(windows.get(name)) or "none"

@@ -328,8 +328,9 @@ class Tracker:
             uri = log_pyfunc_model(folder, name=name, code=pyfunc.CODE, signature=pyfunc.signature(tasks),
                                    input_example=example, pip_requirements=pyfunc.PIP_REQUIREMENTS,
                                    params=params, tags={"gem.run_id": run_id})
-            if metrics:
-                mlflow.log_metrics(metrics, model_id=uri[len("models:/"):])
+            if metrics:  # on the model, and again on the run: at the run's last step, not 0 (no flat line)
+                step = max(m.step for m in client.get_metric_history(run_id, next(iter(metrics))))
+                mlflow.log_metrics(metrics, step=step, model_id=uri[len("models:/"):])
 
     def end(self, status: str = "FINISHED") -> None:
         """End the run and the worker (waits for every call before it)."""

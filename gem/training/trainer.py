@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gem.config import flatten
+from gem.config import flatten, run_params
 from gem.data.batch import FeatureSpec
 from gem.model import ModelConfig, batch_forward_flops, build_model, count_parameters
 from gem.protocol import Split
@@ -325,7 +325,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                      ": the run had finished, no step left" if progress["finished"] else "")
 
         if saved is None:
-            tracker.log_params({**flatten(cfg, "train."), **flatten(model_cfg, "model."),
+            tracker.log_params({**run_params(cfg, "train."), **flatten(model_cfg, "model."),
                                 **{f"size.{k}_params": v for k, v in sizes.items()},
                                 "size.train_flops_per_example": train_flops_per_example,
                                 "world_size": env.world_size, "device": str(env.device)})

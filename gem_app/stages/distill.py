@@ -24,11 +24,11 @@ from gem.utils.evidence import auc_text, computed
 from gem.utils.progress import figure, warning
 from gem_app.stages.context import Reuse, RunContext, StageResult, fault_point, log_model_input, tracked
 from gem_app.stages.features import features_lineage, log_features_input
+from gem_app.stages.knowledge import KNOWLEDGE_VIEWS
 
 log = logging.getLogger(__name__)
 
 GATE_TASK = "click"  # the gate compares click AUC and NE on the holdout
-KNOWLEDGE_VIEWS = "teacher_predictions,teacher_user_embedding,teacher_item_embedding"
 
 
 @dataclass(kw_only=True)
@@ -141,7 +141,7 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
             teacher_version: str = "") -> DistillResult:
     import mlflow
 
-    from gem.config import flatten
+    from gem.config import flatten, run_params
     from gem.knowledge.feast import registered_knowledge
     from gem.knowledge.teacher import load_teacher
     from students.distill import capacity_matched
@@ -166,7 +166,7 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
     with tracked(ctx, f"distill-{surface}", tags={tracking.TAG_SURFACE: surface,
                                                   tracking.TAG_TEACHER_VERSION: teacher_version,
                                                   tracking.TAG_FEATURE_VIEWS: KNOWLEDGE_VIEWS}):
-        mlflow.log_params({k: str(v)[:500] for k, v in flatten(cfg).items()})
+        mlflow.log_params({k: str(v)[:500] for k, v in run_params(cfg).items()})
         log_features_input(train_features, "training")
         log_features_input(eval_features, "evaluation")
         _log_teacher_input(teacher_version)

@@ -115,6 +115,7 @@ def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_f
         return FeaturesResult(**result)
     import mlflow  # here: a reused build needs neither MLflow nor the build code (seconds of imports)
 
+    from gem.config import run_params
     from gem.features.build import finalize_build
     from gem.features.plan import BuildPlan
 
@@ -124,6 +125,10 @@ def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_f
     with tracked(ctx, f"features-{name}", tags={tracking.TAG_DATA_WINDOW: window}):
         manifest = finalize_build(plan, cfg)
         mlflow.set_tag(tracking.TAG_DATA_DIGEST, lineage_digest(manifest["digest"]))
+        mlflow.log_params({**run_params(cfg), "window": window, "window_name": name,
+                           "shards": manifest["counts"].get("shards", ""), "surfaces": ",".join(plan.surfaces),
+                           "tasks": ",".join(plan.data_tasks)})
+        log_dataset_input(plan.data_dir, "source")
         mlflow.log_metrics({"features/examples": manifest["counts"]["examples"],
                             "features/bytes_per_example": manifest["bytes"]["per_example"]})
     result = FeaturesResult(features=out, examples=manifest["counts"]["examples"], digest=manifest["digest"],
@@ -163,14 +168,16 @@ def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext, data_
     from gem.features.feast_repo import apply, copy_repo, materialize, resolve_repo
     from gem.features.feast_sources import export
 
-    with tracked(ctx, "feast", tags={tracking.TAG_FEATURE_VIEWS: "user_attributes,item_attributes,recent_behavior"}):
+    with tracked(ctx, "feast"):
         repo = copy_repo(None, Path(repo_dir), env=env)
-        mlflow.log_param("feast_env", env)
+        mlflow.log_params({"feast_env": env, "materialized_until": end})
+        log_dataset_input(dataset.root, "source")
         export(dataset, repo, counters_at=parse_utc(end))
         apply(repo, definitions_repo=resolve_repo(None))
         store = materialize(repo, end=parse_utc(end))
         views = sorted(v.name for v in store.list_feature_views())
-        mlflow.log_param("feature_views", ",".join(views))
+        mlflow.log_param("feature_views", ",".join(views))  # the tag and the param say the same
+        mlflow.set_tag(tracking.TAG_FEATURE_VIEWS, ",".join(views))
     figure("feature views", len(views))
     return FeastResult(**reuse.put(FeastResult(repo=str(repo), feature_views=views).as_dict()))
 
@@ -180,6 +187,26 @@ def features_lineage(features: str) -> tuple[str, str]:
     manifest = json.loads((Path(features) / "manifest.json").read_text())
     window = manifest.get("window", {})
     return window_tag(window.get("start"), window.get("end")), lineage_digest(manifest.get("digest", ""))
+
+
+def log_dataset_input(data: str | Path, context: str) -> None:
+    """The contract dataset a run read (events, users, items) as an MLflow dataset input
+    of the active run: its content digest and its number of events."""
+    import mlflow
+    import pyarrow.parquet as pq
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
+
+    from gem.data.contract import event_files
+
+    handle = DatasetHandle.open(data)
+    events = sum(pq.ParquetFile(f).metadata.num_rows for f in event_files(handle.root))  # footers only
+    dataset = MetaDataset(resolve_dataset_source(str(handle.root)), name=f"data/{handle.manifest.name}",
+                          digest=lineage_digest(handle.digest))
+    tags = {"mlflow.data.context": context, "num_events": str(events)}
+    entity = DatasetInput(dataset._to_mlflow_entity(), [InputTag(k, v) for k, v in tags.items()])
+    mlflow.MlflowClient().log_inputs(mlflow.active_run().info.run_id, datasets=[entity])
 
 
 def log_features_input(features: str, context: str, run_id: str | None = None) -> None:

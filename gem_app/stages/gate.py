@@ -285,7 +285,7 @@ def promote(teacher_gate: dict, gated: list[dict], ctx: RunContext, *, data: str
         d = applied.get(g["decision"]["model_name"]) if g["decision"].get("challenger_version") else \
             decision_from_dict(g["decision"])
         rows.append({**g["distilled"], "decision": d.outcome, "why": d.reason, "promoted": d.promote,
-                     "champion_before": d.champion_version or "", "gate": without_nulls(d.to_dict())})
+                     "champion_before": d.champion_version or "none", "gate": without_nulls(d.to_dict())})
     teacher = without_nulls(applied[decisions[0].model_name].to_dict()) if teacher_gate else {}
     for d in final:
         figure(d.model_name, d.outcome)

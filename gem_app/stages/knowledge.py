@@ -8,7 +8,10 @@ from pathlib import Path
 
 from gem import tracking
 from gem.utils.progress import figure
-from gem_app.stages.context import RunContext, StageResult, tracked
+from gem_app.stages.context import RunContext, StageResult, log_model_input, tracked
+from gem_app.stages.features import log_features_input
+
+KNOWLEDGE_VIEWS = "teacher_predictions,teacher_user_embedding,teacher_item_embedding"
 
 
 @dataclass(kw_only=True)
@@ -24,7 +27,7 @@ def knowledge(teacher_uri: str, features: list[str], out_root: str, feast_repo: 
     ``knowledge.lead_days`` are covered too, as the knowledge lead."""
     import mlflow
 
-    from gem.config import load_config
+    from gem.config import load_config, run_params
     from gem.knowledge.config import KnowledgeConfig
     from gem.knowledge.feast import register_knowledge
     from gem.knowledge.generate import generate_knowledge
@@ -34,15 +37,21 @@ def knowledge(teacher_uri: str, features: list[str], out_root: str, feast_repo: 
     tracking_uri = ctx.configure()
     teacher = load_teacher(teacher_uri, tracking_uri)
     outputs, examples = [], 0
-    with tracked(ctx, "knowledge", tags={tracking.TAG_TEACHER_VERSION: teacher.version}):
-        for features_dir, name, start, end in _windows(features, lead_from, cfg.lead_days):
+    with tracked(ctx, "knowledge", tags={tracking.TAG_TEACHER_VERSION: teacher.version,
+                                         tracking.TAG_FEATURE_VIEWS: KNOWLEDGE_VIEWS}):
+        windows = _windows(features, lead_from, cfg.lead_days)
+        mlflow.log_params({**run_params(cfg), "teacher_version": teacher.version,
+                           "windows": ",".join(name for _, name, _, _ in windows)})
+        log_model_input(teacher.version)
+        for features_dir, name, start, end in windows:
+            log_features_input(features_dir, "scoring" if name != "lead" else "scoring (lead)")
             out = Path(out_root) / name
             manifest = generate_knowledge(teacher, features_dir, out, cfg, start=start, end=end)
             outputs.append(str(out))
             examples += manifest["counts"]["examples"]
             mlflow.log_metric(f"knowledge/{name}/examples_per_s", manifest["examples_per_s"])
+            mlflow.log_metric(f"knowledge/{name}/examples", manifest["counts"]["examples"])
         register_knowledge(feast_repo, outputs)
-        mlflow.set_tag(tracking.TAG_FEATURE_VIEWS, "teacher_predictions,teacher_user_embedding,teacher_item_embedding")
     figure("examples", examples)
     return KnowledgeResult(knowledge=outputs, teacher_version=teacher.version, examples=examples)
 

@@ -157,7 +157,7 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
         tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
               tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, registry.FEATURES_DIR_TAG: str(Path(features).resolve())})
     describe_teacher(str(version.version), window=window, digest=digest, run_id=run_id, init_from=init_from,
-                     features=features)
+                     features=features, holdout=holdout_text(metrics, eval_features))
     fault_point("train:registered")
     result = TrainResult(run_id=run_id, model_version=str(version.version),
                          model_uri=registry.model_uri(registry.TEACHER_MODEL, version.version),
@@ -170,8 +170,21 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
     return result
 
 
-def describe_teacher(version: str, *, window: str, digest: str, run_id: str, init_from: str, features: str) -> None:
-    """What the teacher version is and how to load it, on the version and the model."""
+def holdout_text(metrics: dict, eval_features: str) -> str:
+    """The teacher's holdout figures (click, every surface) in one sentence, '' without."""
+    m = {k: metrics.get(f"eval/{k}/all/click") for k in ("auc", "ne", "calibration", "count", "positives", "negatives")}
+    if not eval_features or m["ne"] is None:
+        return ""
+    window = features_lineage(eval_features)[0]
+    return (f"Holdout {window} (click, every surface): AUC {auc_text(m['auc'], m['positives'], m['negatives'])}, "
+            f"NE {m['ne']:.4f}, calibration {m['calibration']:.3f}, on {int(m['count'] or 0):,} examples "
+            f"({int(m['positives'] or 0):,} clicks).")
+
+
+def describe_teacher(version: str, *, window: str, digest: str, run_id: str, init_from: str, features: str,
+                     holdout: str = "") -> None:
+    """What the teacher version is, its holdout figures and how to load it, on the version
+    and the model."""
     from mlflow import MlflowClient
 
     from gem.training.pyfunc import load_instructions
@@ -181,7 +194,8 @@ def describe_teacher(version: str, *, window: str, digest: str, run_id: str, ini
     start = f", continued from `{init_from}`" if init_from else ""
     client.update_model_version(name, version, description=(
         f"GEM teacher pretrained on the window {window} (features `{Path(features).name}`, digest {digest}) by run "
-        f"{run_id}{start}.\n\n" + load_instructions(registry.model_uri(name, version))))
+        f"{run_id}{start}.\n\n" + (f"{holdout}\n\n" if holdout else "")
+        + load_instructions(registry.model_uri(name, version))))
     client.update_registered_model(name, description=(
         "GEM: the ads foundation model (sequence and non-sequence features across surfaces and objectives). "
         "Each version is pretrained on a teacher window (tags `gem.data_window`, `gem.data_digest`); `@champion` "

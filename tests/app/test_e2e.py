@@ -159,6 +159,29 @@ def test_pipeline_kill_resume_no_promotion_on_shuffled_labels_ui_and_refresh(tmp
     mlflow.set_tracking_uri("")
 
 
+def provenance(rest, by_name: dict, distill: dict, train: dict) -> None:
+    """Issue 41 item 4: the features, feast and knowledge runs carry params and their
+    inputs (with counts); no run has a param saying where it logs."""
+    def contexts(run: dict) -> dict[str, dict]:
+        inputs = rest.run(run["info"]["run_id"])["inputs"]
+        return {tags["mlflow.data.context"]: tags for tags in (
+            {t["key"]: t["value"] for t in d["tags"]} for d in inputs.get("dataset_inputs", []))}
+
+    for name in ("features-teacher", "features-student", "features-holdout"):
+        params = mlflow_ui.params(by_name[name])
+        assert params["window"] == mlflow_ui.tags(by_name[name])[tracking.TAG_DATA_WINDOW] and params["max_seq_len"]
+        assert int(contexts(by_name[name])["source"]["num_events"]) > 0
+    feast = by_name["feast"]
+    assert mlflow_ui.tags(feast)[tracking.TAG_FEATURE_VIEWS] == mlflow_ui.params(feast)["feature_views"]
+    assert int(contexts(feast)["source"]["num_events"]) > 0
+    knowledge = by_name["knowledge"]
+    assert mlflow_ui.params(knowledge)["teacher_version"] == f"models:/{TEACHER_MODEL}/1"
+    assert int(contexts(knowledge)["scoring"]["num_examples"]) > 0
+    assert rest.run(knowledge["info"]["run_id"])["inputs"]["model_inputs"]  # the teacher it ran
+    for run in (distill, train):
+        assert not [k for k in mlflow_ui.params(run) if k.rsplit(".", 1)[-1] in ("experiment", "tracking_uri")]
+
+
 def what_the_ui_shows(workspace: Path, tmp_path: Path, row: dict, teacher_gate: dict) -> None:
     """The store through `mlflow server`'s REST API, as the UI's pages read it, and the
     registered models loaded through mlflow.pyfunc from that server."""
@@ -210,6 +233,7 @@ def what_the_ui_shows(workspace: Path, tmp_path: Path, row: dict, teacher_gate: 
             for d in rest.run(r["info"]["run_id"]).get("inputs", {}).get("dataset_inputs", []):
                 digests.setdefault(d["dataset"]["name"], set()).add(d["dataset"]["digest"])
         assert digests and all(len(v) == 1 for v in digests.values()), digests
+        provenance(rest, by_name, distill, train)
         # the registry: the same words as the gate run; what the model is and how to load it
         assert mlflow_ui.tags(student_version)["gate.decision"] == row["decision"]
         assert mlflow_ui.tags(student_version)["gate.reason"] == row["why"]
@@ -219,6 +243,7 @@ def what_the_ui_shows(workspace: Path, tmp_path: Path, row: dict, teacher_gate: 
         teacher_version = rest.version(TEACHER_MODEL, "1")
         assert mlflow_ui.tags(teacher_version)["gem.students.student_search"] == "1"
         assert "[student_search v1](#/models/student_search/versions/1)" in teacher_version["description"]
+        assert "(click, every surface): AUC " in teacher_version["description"]  # its holdout figures
         # the model page's signature
         mlmodel = rest.mlmodel(model_id)
         assert "python_function" in mlmodel and '"name": "features"' in mlmodel and '"name": "p_click"' in mlmodel

@@ -50,6 +50,8 @@ def test_reuse_needs_the_same_inputs_and_a_new_teacher_retrains(world, stage_run
         assert f"lineage.{key}" in tags, key
     assert tags["lineage.knowledge_cadence"] == "1d" and tags["lineage.evaluation_window"].startswith("2026-01-04")
     assert tags["lineage.knowledge_window"].startswith("2026-01-01")  # from the teacher's last day on
+    for key in ("lineage.knowledge_window", "lineage.evaluation_window", "lineage.train_window"):
+        assert ".." in tags[key] and "/" not in tags[key], tags[key]  # one spelling of a window everywhere
 
     # a new teacher (another registered version) writes its own knowledge: the students retrain
     mlflow.set_tracking_uri(world.tracking_uri)

@@ -24,6 +24,10 @@ def test_mlflow_run_contents(single_run):
     assert 0 < metrics["perf/mfu"] < 1 and 0 < metrics["perf/effective_training_time"] <= 1
     history = client.get_metric_history(result.run_id, "train/loss")
     assert [m.step for m in history] == [5]  # log_every=5 with 8 steps
+    # the final evaluation, logged again for the logged model, stays at the run's last step
+    # (issue 41: a second point at step 0 drew a flat line across the chart)
+    assert {m.step for m in client.get_metric_history(result.run_id, "eval/auc/all/click")} == {result.steps}
+    assert "train.tracking_uri" not in params and "train.experiment" not in params  # where, not what
     # the tiny preset's cosine decay over the run's 8 steps: 0.31 of dense_lr after 5
     decayed = 0.5 * (1 + math.cos(math.pi * 5 / 8)) * float(params["train.optim.dense_lr"])
     assert math.isclose(metrics["train/lr"], decayed, rel_tol=1e-5)
