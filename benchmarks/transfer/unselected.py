@@ -1,7 +1,7 @@
 """The pipeline's students as they were before selection on validation (issue 43), on a
 finished pipeline workspace's own windows, teacher and knowledge:
 
-    python -m benchmarks.transfer.unselected WORKSPACE OUT [--current]
+    python -m benchmarks.transfer.unselected WORKSPACE OUT [--current] [KEY=VALUE ...]
 
 For every surface the run trained a student for, the distill stage with the `pipeline`
 preset as it was (one config, 3 epochs, every student row trained on), tracked under OUT
@@ -9,7 +9,8 @@ preset as it was (one config, 3 epochs, every student row trained on), tracked u
 the no-teacher reference's and the teacher's holdout figures and student - teacher,
 paired. Compare with the workspace's summary.json (the selected students). ``--current``:
 the preset as it is now instead (the students of today's code on that workspace's
-teacher and knowledge)."""
+teacher and knowledge); KEY=VALUE: overrides of the students' config on top (e.g. a
+grid: 'selection.grid=[{}, {transfer.adapter.weight: 0.9}]')."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     args = sys.argv[1:] if argv is None else argv
     current = "--current" in args
-    args = [a for a in args if a != "--current"]
+    extra = [a for a in args if "=" in a]
+    args = [a for a in args if a != "--current" and "=" not in a]
     if len(args) != 2:
         raise SystemExit(__doc__)
     workspace, out = Path(args[0]), Path(args[1])
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
         s = row["surface"]
         r = distill(s, str(workspace / "features" / "student"), str(workspace / "features" / "holdout"),
                     str(workspace / "feast"), summary["teacher"]["model_uri"], str(out / "students"), ctx,
-                    preset="pipeline", overrides=[] if current else UNSELECTED)
+                    preset="pipeline", overrides=([] if current else UNSELECTED) + extra)
         rows[s] = {"student": r.metrics["student"], "no_teacher": r.metrics["no_teacher"],
                    "teacher": r.metrics.get("teacher", {}), "vs_teacher": r.vs_teacher, "lift": r.lift}
         print(s, json.dumps(rows[s]), flush=True)
