@@ -116,7 +116,7 @@ def refit(chosen: Chosen, train: StudentTable, holdout: StudentTable | None, spe
     out = distill(train, holdout, spec, cfg, teacher_model=teacher_model)
     chosen.result = out.students[surface]
     chosen.windows = dict(out.windows)  # one training window: validation rows are training rows now
-    chosen.refit = {"epochs": epochs, "rows": int(len(train))}
+    chosen.refit = {"epochs": epochs, "rows": int(chosen.result.train_examples)}  # the surface's rows
     return chosen.refit
 
 

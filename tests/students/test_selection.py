@@ -77,7 +77,7 @@ def test_refit_retrains_the_chosen_point_on_every_row(tables):
     assert chosen.result.train_examples < rows
     done = refit(chosen, train, holdout, spec, "feed")
     best = chosen.trials[[t["point"] for t in chosen.trials].index(chosen.point)]
-    assert done["epochs"] == best["best_epoch"] + 1 and chosen.result.train_examples == rows
+    assert done["epochs"] == best["best_epoch"] + 1 and chosen.result.train_examples == rows == done["rows"]
     assert len(chosen.result.train_loss) == done["epochs"] and "validation" not in chosen.windows
 
 
