@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "knowledge": ("gem.knowledge.cli", "generate teacher predictions and embeddings"),
     "distill": ("gem_app.distill_cli", "distill GEM into per-surface vertical models"),
     "score": ("gem_app.score_cli", "one prediction per example of a features window (explicit splits too)"),
+    "serve": ("gem_app.serve_cli", "serve a registered student over HTTP"),
     "pipeline": ("gem_app.pipeline_cli", "run or compile the end-to-end pipeline"),
     "refresh": ("gem_app.refresh.cli", "run scheduled continuous-refresh cycles"),
 }

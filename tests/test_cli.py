@@ -9,7 +9,7 @@ import pytest
 
 from gem_app.cli import COMMANDS
 
-EXPECTED = ["data", "features", "train", "knowledge", "distill", "score", "pipeline", "refresh"]
+EXPECTED = ["data", "features", "train", "knowledge", "distill", "score", "serve", "pipeline", "refresh"]
 
 
 def test_help_lists_every_command():

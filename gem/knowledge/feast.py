@@ -20,6 +20,7 @@ request, an upper bound no batch job reaches.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,10 @@ SOURCE_FILES = {PREDICTIONS: "teacher_predictions.parquet", USER_EMBEDDING: "tea
                 ITEM_EMBEDDING: "teacher_item_embedding.parquet"}
 PREDICTION_FEATURES = [f"teacher_predictions:{c}" for c in (*OWN_COLUMNS, *SURFACE_COLUMNS, "teacher_version")]
 EMBEDDING_FEATURES = ["teacher_user_embedding:teacher_user_embedding", "teacher_item_embedding:teacher_item_embedding"]
+# Feast's duckdb offline store reads through ibis's default DuckDB connection, one per
+# process, which refuses a second call while one runs ("connection is busy"): concurrent
+# retrievals of one process (mlflow models serve scores requests in threads) take turns.
+_OFFLINE_READS = threading.Lock()
 
 
 def prepare_repo(repo_dir: str | Path, data_dir: str | Path | None = None, *, recent_k: int = 20) -> Path:
@@ -137,8 +142,9 @@ def historical_knowledge(repo_dir: str | Path, keys: pd.DataFrame, *, prediction
     base["_row"] = np.arange(len(base))
     result = base[["example_id"]].copy()
     if predictions:
-        df = store.get_historical_features(entity_df=base[["example_id", "event_timestamp", "_row"]],
-                                           features=PREDICTION_FEATURES).to_df()
+        with _OFFLINE_READS:
+            df = store.get_historical_features(entity_df=base[["example_id", "event_timestamp", "_row"]],
+                                               features=PREDICTION_FEATURES).to_df()
         df = df.sort_values("_row").reset_index(drop=True)
         for c in (*OWN_COLUMNS, *SURFACE_COLUMNS, "teacher_version"):
             result[c] = df[c].to_numpy()
@@ -146,7 +152,8 @@ def historical_knowledge(repo_dir: str | Path, keys: pd.DataFrame, *, prediction
         entity = base[["user_id", "item_id", "event_timestamp", "_row"]].copy()
         entity["event_timestamp"] = materialized_at(entity["event_timestamp"], refresh_every, embedding_lag)
         result["knowledge_as_of"] = entity["event_timestamp"].to_numpy()
-        df = store.get_historical_features(entity_df=entity, features=EMBEDDING_FEATURES).to_df()
+        with _OFFLINE_READS:
+            df = store.get_historical_features(entity_df=entity, features=EMBEDDING_FEATURES).to_df()
         df = df.sort_values("_row").reset_index(drop=True)
         for c in ("teacher_user_embedding", "teacher_item_embedding"):
             col = df[c]
