@@ -164,7 +164,11 @@ def main() -> None:
     torch.set_num_threads(1)
     many = args.clients
     figures: dict = {}
+    before = (tempfile.tempdir, os.environ.get("TMPDIR"))
     with tempfile.TemporaryDirectory(prefix="gem-serving-bench-") as tmp:
+        # loading models:/ from the local store leaves a copy of the model in a new temporary
+        # folder (gem/mlflow_plugin.py): here and in the servers, under this run's folder
+        tempfile.tempdir = os.environ["TMPDIR"] = tmp
         t0 = time.perf_counter()
         store = registered_student(Path(tmp) / "store")
         setup_s = time.perf_counter() - t0
@@ -242,6 +246,11 @@ def main() -> None:
                     figures[f"http_{tag}_score_{suffix}"] = http_load(port, "/score", score_bodies, clients,
                                                                       warmup=10)
         load_after = os.getloadavg()
+    tempfile.tempdir = before[0]
+    if before[1] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before[1]
 
     one, four = figures["http_gem_serve_score_1client"], figures[f"http_gem_serve_score_{many}clients"]
     mlflow_one = figures["http_mlflow_serve_window_1client"]

@@ -104,6 +104,16 @@ def artifact_tree(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
 
 
+def copies_under(folder: Path, monkeypatch) -> None:
+    """Loading ``models:/`` from the local store copies the model into a new temporary
+    folder (gem/mlflow_plugin.py), left to the caller as a remote store's download is:
+    put this test's copies, and its server processes', under ``folder``."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    monkeypatch.setenv("TMPDIR", str(folder))
+
+
 def documented_input(store: RegisteredStudent, examples: int = CANDIDATES) -> dict:
     """students/pyfunc.py's input in MLflow's JSON protocol: one window, ``examples`` rows."""
     return {"dataframe_split": {"columns": ["features", "feast_repo"],

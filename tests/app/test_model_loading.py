@@ -14,7 +14,13 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from tests.app import serving_support
 from tests.app.serving_support import artifact_tree, registered_student
+
+
+@pytest.fixture(autouse=True)
+def _model_copies_in_tmp(tmp_path, monkeypatch):
+    serving_support.copies_under(tmp_path, monkeypatch)
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,11 @@ from tests.app import serving_support as serving
 from tests.app.serving_support import CANDIDATES, documented_input, request, running
 
 
+@pytest.fixture(autouse=True)
+def _model_copies_in_tmp(tmp_path, monkeypatch):
+    serving.copies_under(tmp_path, monkeypatch)
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     return serving.registered_student(tmp_path_factory.mktemp("serving"))
