@@ -32,7 +32,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "epochs_3": ("up to 3 epochs, the best on validation kept (early stopping)", ["--max-epochs", "3"]),
     "lr_x3": ("lr grid x{3, 1, 0.3}: a larger lr for more data is allowed", ["--grid-lr-scale", "3,1,0.3"]),
     "no_history": ("no history at all: the InterFormer sequence part reads nothing", ["--grid-history", "off"]),
-    "interformer_2": ("two InterFormer layers instead of one", ["--model-set", "num_layers=2"]),
+    # the tiny model preset the protocol trains already has two InterFormer layers (an
+    # "interformer_2" variant of 2026-12-05 changed nothing: identical predictions)
+    "interformer_1": ("one InterFormer layer instead of the preset's two", ["--model-set", "num_layers=1"]),
     "wukong_2": ("two Wukong layers per interaction block instead of one", ["--model-set", "wukong_layers=2"]),
 }
 FRACTIONS = (0.125, 1.0)
