@@ -121,19 +121,23 @@ def refit(chosen: Chosen, train: StudentTable, holdout: StudentTable | None, spe
 
 
 def platt(logits: torch.Tensor, labels: torch.Tensor, steps: int = 200) -> tuple[float, float]:
-    """(a, b) minimising the log loss of sigmoid(a * logit + b) on the rows (L-BFGS)."""
-    a, b = torch.ones((), requires_grad=True), torch.zeros((), requires_grad=True)
-    opt = torch.optim.LBFGS([a, b], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
+    """(a, b) minimising the log loss of sigmoid(a * logit + b) on the rows (L-BFGS), with
+    a > 0: a recalibration keeps the student's ranking. (Unconstrained, a validation part
+    of a few hundred rows on which the student ranked near chance gave a = -8.9 on
+    MovieLens-1M, and the recalibrated student ranked its holdout at 0.28 instead of 0.72.)"""
+    log_a, b = torch.zeros((), requires_grad=True), torch.zeros((), requires_grad=True)
+    opt = torch.optim.LBFGS([log_a, b], lr=1.0, max_iter=steps, line_search_fn="strong_wolfe")
     x, y = logits.double(), labels.double()
 
     def closure():
         opt.zero_grad()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(a.double() * x + b.double(), y)
+        z = log_a.clamp(-20.0, 20.0).double().exp() * x + b.double()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(z, y)
         loss.backward()
         return loss
 
     opt.step(closure)
-    return float(a.detach()), float(b.detach())
+    return float(log_a.detach().clamp(-20.0, 20.0).exp()), float(b.detach())
 
 
 def fold_platt(model, a: float, b: float) -> None:

@@ -142,3 +142,19 @@ def test_the_distill_stage_selects_records_and_compares_with_the_teacher(world, 
             assert "select/student/refit_epochs" not in run.data.metrics
     finally:
         mlflow.set_tracking_uri("")
+
+
+def test_platt_recalibration_never_inverts_the_student_s_ranking():
+    # issue 43: on MovieLens-1M an unconstrained Platt fit on a small validation part gave
+    # a = -8.9, and the recalibrated student ranked its holdout at 0.28 instead of 0.72
+    from students.selection import platt
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(300, generator=gen)
+    against = (torch.rand(300, generator=gen) < torch.sigmoid(-2 * logits)).float()  # labels against the logits
+    a, b = platt(logits, against)
+    assert a > 0 and a < 0.05  # the best monotone map is nearly flat: the base rate, ranking kept
+    assert abs(float(torch.sigmoid(a * logits + b).mean()) - float(against.mean())) < 0.02
+    shifted = (torch.rand(300, generator=gen) < torch.sigmoid(logits - 2)).float()  # ranks well, too high
+    a, b = platt(logits, shifted)
+    assert 0.5 < a < 2.0 and b < -1.0  # a plain recalibration where the ranking holds
