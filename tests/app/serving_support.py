@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,9 +134,12 @@ def running(cmd: list[str], port: int, log: Path, env: dict | None = None, timeo
     ``port`` (yields the seconds that took); always stopped after (SIGTERM to the group,
     SIGKILL if it is still there 30 s later)."""
     t0 = time.monotonic()
+    # the venv's scripts first, as in an activated venv: `mlflow models serve` execs
+    # `uvicorn` by name (`make test` runs .venv/bin/python without activating the venv)
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PATH": path, **(env or {})}, start_new_session=True)
     try:
         while True:
             assert proc.poll() is None, f"{cmd[:5]} exited ({proc.returncode}): {log.read_text()[-3000:]}"
