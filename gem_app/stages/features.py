@@ -128,7 +128,7 @@ def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_f
         mlflow.log_params({**run_params(cfg), "window": window, "window_name": name,
                            "shards": manifest["counts"].get("shards", ""), "surfaces": ",".join(plan.surfaces),
                            "tasks": ",".join(plan.data_tasks)})
-        log_dataset_input(plan.data_dir, "source")
+        log_dataset_input(plan.data_dir, record["key"]["data"], "source")
         mlflow.log_metrics({"features/examples": manifest["counts"]["examples"],
                             "features/bytes_per_example": manifest["bytes"]["per_example"]})
     result = FeaturesResult(features=out, examples=manifest["counts"]["examples"], digest=manifest["digest"],
@@ -171,7 +171,7 @@ def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext, data_
     with tracked(ctx, "feast"):
         repo = copy_repo(None, Path(repo_dir), env=env)
         mlflow.log_params({"feast_env": env, "materialized_until": end})
-        log_dataset_input(dataset.root, "source")
+        log_dataset_input(dataset.root, reuse.key["data"], "source")
         export(dataset, repo, counters_at=parse_utc(end))
         apply(repo, definitions_repo=resolve_repo(None))
         store = materialize(repo, end=parse_utc(end))
@@ -184,45 +184,46 @@ def feast_materialize(data: str, repo_dir: str, end: str, ctx: RunContext, data_
 
 def features_lineage(features: str) -> tuple[str, str]:
     """(window tag, lineage digest) of a finished features build."""
-    manifest = json.loads((Path(features) / "manifest.json").read_text())
+    return _lineage(json.loads((Path(features) / "manifest.json").read_text()))
+
+
+def _lineage(manifest: dict) -> tuple[str, str]:
     window = manifest.get("window", {})
     return window_tag(window.get("start"), window.get("end")), lineage_digest(manifest.get("digest", ""))
 
 
-def log_dataset_input(data: str | Path, context: str) -> None:
+def log_dataset_input(data: str | Path, digest: str, context: str) -> None:
     """The contract dataset a run read (events, users, items) as an MLflow dataset input
-    of the active run: its content digest and its number of events."""
-    import mlflow
+    of the active run: ``digest``, its content digest as the caller already has it (a
+    second walk would hash every file again), and its number of events."""
     import pyarrow.parquet as pq
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
-    from mlflow.data.meta_dataset import MetaDataset
-    from mlflow.entities import DatasetInput, InputTag
 
     from gem.data.contract import event_files
 
     handle = DatasetHandle.open(data)
     events = sum(pq.ParquetFile(f).metadata.num_rows for f in event_files(handle.root))  # footers only
-    dataset = MetaDataset(resolve_dataset_source(str(handle.root)), name=f"data/{handle.manifest.name}",
-                          digest=lineage_digest(handle.digest))
-    tags = {"mlflow.data.context": context, "num_events": str(events)}
-    entity = DatasetInput(dataset._to_mlflow_entity(), [InputTag(k, v) for k, v in tags.items()])
-    mlflow.MlflowClient().log_inputs(mlflow.active_run().info.run_id, datasets=[entity])
+    _log_input(handle.root, f"data/{handle.manifest.name}", lineage_digest(digest),
+               {"mlflow.data.context": context, "num_events": str(events)})
 
 
 def log_features_input(features: str, context: str, run_id: str | None = None) -> None:
     """The features window as an MLflow dataset input of a run (default: the active one):
     its digest is the ``gem.data_digest`` tag's, its source the folder."""
+    manifest = json.loads((Path(features) / "manifest.json").read_text())
+    window, digest = _lineage(manifest)
+    tags = {"mlflow.data.context": context, tracking.TAG_DATA_WINDOW: window}
+    examples = manifest.get("counts", {}).get("examples")
+    if examples is not None:
+        tags["num_examples"] = str(examples)  # as the trainer's dataset inputs say it
+    _log_input(Path(features).resolve(), f"features/{Path(features).name}", digest, tags, run_id)
+
+
+def _log_input(folder: Path, name: str, digest: str, tags: dict[str, str], run_id: str | None = None) -> None:
     import mlflow
     from mlflow.data.dataset_source_registry import resolve_dataset_source
     from mlflow.data.meta_dataset import MetaDataset
     from mlflow.entities import DatasetInput, InputTag
 
-    window, digest = features_lineage(features)
-    source = resolve_dataset_source(str(Path(features).resolve()))
-    dataset = MetaDataset(source, name=f"features/{Path(features).name}", digest=digest)
-    tags = {"mlflow.data.context": context, tracking.TAG_DATA_WINDOW: window}
-    examples = json.loads((Path(features) / "manifest.json").read_text()).get("counts", {}).get("examples")
-    if examples is not None:
-        tags["num_examples"] = str(examples)  # as the trainer's dataset inputs say it
+    dataset = MetaDataset(resolve_dataset_source(str(folder)), name=name, digest=digest)
     entity = DatasetInput(dataset._to_mlflow_entity(), [InputTag(k, v) for k, v in tags.items()])
     mlflow.MlflowClient().log_inputs(run_id or mlflow.active_run().info.run_id, datasets=[entity])
