@@ -24,15 +24,21 @@ def roc_points(labels: np.ndarray, scores: np.ndarray, points: int = 200) -> dic
             "thresholds": [1.0, *scores[last][pick].tolist()]}
 
 
-def reliability(labels: np.ndarray, probs: np.ndarray, bins: int = 10) -> tuple[list[float], list[float]]:
-    """(mean prediction, observed rate) per quantile bin of the predictions."""
+def _quantile_bins(labels: np.ndarray, probs: np.ndarray, bins: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(predictions, labels) of each quantile bin of the predictions; none when a
+    prediction is not finite."""
     probs = np.asarray(probs, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.float64)
     if not len(probs) or not np.isfinite(probs).all():
-        return [], []
+        return []
     order = np.argsort(probs, kind="stable")
-    groups = [g for g in np.array_split(order, min(bins, len(order))) if len(g)]
-    return [float(probs[g].mean()) for g in groups], [float(labels[g].mean()) for g in groups]
+    return [(probs[g], labels[g]) for g in np.array_split(order, min(bins, len(order))) if len(g)]
+
+
+def reliability(labels: np.ndarray, probs: np.ndarray, bins: int = 10) -> tuple[list[float], list[float]]:
+    """(mean prediction, observed rate) per quantile bin of the predictions."""
+    groups = _quantile_bins(labels, probs, bins)
+    return [float(p.mean()) for p, _ in groups], [float(y.mean()) for _, y in groups]
 
 
 def roc_band(labels: np.ndarray, scores: np.ndarray, replicates: int = 100, seed: int = 0,
@@ -57,13 +63,7 @@ def roc_band(labels: np.ndarray, scores: np.ndarray, replicates: int = 100, seed
 
 def reliability_interval(labels: np.ndarray, probs: np.ndarray, bins: int = 10) -> list[float]:
     """The half-width of each ``reliability`` bin's 95% binomial interval of the observed rate."""
-    probs = np.asarray(probs, dtype=np.float64)
-    if not len(probs) or not np.isfinite(probs).all():
-        return []
-    order = np.argsort(probs, kind="stable")
-    groups = [g for g in np.array_split(order, min(bins, len(order))) if len(g)]
-    rates = [float(np.mean(np.asarray(labels, dtype=np.float64)[g])) for g in groups]
-    return [1.96 * float(np.sqrt(r * (1 - r) / len(g))) for r, g in zip(rates, groups)]
+    return [1.96 * float(np.sqrt(y.mean() * (1 - y.mean()) / len(y))) for _, y in _quantile_bins(labels, probs, bins)]
 
 
 def holdout_figure(labels: np.ndarray, models: dict[str, np.ndarray], title: str):
