@@ -8,12 +8,14 @@ inputs read from the Feast online store; GEM never runs here.
 Inputs per request: user attributes, recent behaviour (``recent_item_ids``,
 ``history_count``) and the teacher's user embedding for the user; item attributes and
 the teacher's item embedding per candidate, all through ``OnlineReader`` (the online
-store's own reads, ttl honoured). Raw ids map to the student's dense ids with the
-features build's vocabularies.
+store's own reads, ttl honoured); the dense features as training computes them, counters
+included, from the online counters views (students/request_dense.py). Raw ids map to the
+student's dense ids with the features build's vocabularies.
 
-Items: with ``cache_items`` the scorer keeps each item's mapped ids and embedding in an
-in-memory table (item attributes are static; item embeddings change only when knowledge
-is re-registered, after which the serving process calls ``refresh_items``), so a request
+Items: with ``cache_items`` the scorer keeps each item's mapped ids, embedding and counts in
+an in-memory table (item attributes are static; item embeddings and counts change only
+when knowledge or counters are re-materialized, after which the serving process calls
+``refresh_items``), so a request
 reads one user row and gathers candidates by position. Without it every candidate is
 read from the online store on every request. ``user_reads="sdk"`` reads the user's rows
 through ``FeatureStore.get_online_features`` instead of ``OnlineReader`` (the peer; same
@@ -23,7 +25,6 @@ item table). students/latency.py measures them.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from gem.features.feast_repo import open_store
 from gem.features.vocab import Vocabularies
 from students.model import StudentInputs, VerticalStudent
 from students.online import OnlineReader
+from students.request_dense import RequestDense, check_servable
 
 USER_VIEWS = {"user_attributes": list(USER_ATTRIBUTES),
               "user_recent_behavior": ["recent_item_ids", "history_count"]}
@@ -46,6 +48,7 @@ class Scorer:
                  cache_items: bool = False, user_reads: str = "online_read") -> None:
         if user_reads not in ("online_read", "sdk"):
             raise ValueError(f"user_reads={user_reads!r} must be 'online_read' or 'sdk'")
+        check_servable(list(model.cfg.dense_features))  # before any store is opened
         self.model = model.eval()
         vocab = Vocabularies.read(Path(vocab_dir))
         self.maps = {name: {v: i + 1 for i, v in enumerate(values.to_pylist())}
@@ -61,6 +64,7 @@ class Scorer:
         store = open_store(repo_dir)
         self.users = OnlineReader(store, user_views, join_key="user_id")
         self.items = OnlineReader(store, item_views, join_key="item_id")
+        self.dense = RequestDense(store, surface=surface, names=self.dense_names)
         # columns of the sparse input filled from the user row / from each candidate
         self.user_cols = [(j, k) for j, k in enumerate(self.keys) if k == "user_id" or k.startswith("user_")]
         self.item_cols = [(j, k) for j, k in enumerate(self.keys) if k == "item_id" or k.startswith("item_")]
@@ -70,12 +74,14 @@ class Scorer:
         self._item_row: dict[int, int] = {}
         self._item_ids = np.zeros((0, len(self.item_cols)), dtype=np.int64)
         self._item_emb = np.zeros((0, self.emb_half), dtype=np.float32)
+        self._item_counts = np.zeros((0, len(self.dense.item_columns)), dtype=np.float64)
 
     def _id(self, vocab: str, value) -> int:
         return self.maps[vocab].get(value, 0) if value is not None else 0
 
-    def _read_items(self, item_ids: list[int], now: dt.datetime) -> tuple[np.ndarray, np.ndarray]:
-        """(N, item columns) dense ids and (N, E/2) teacher embeddings, from the online store."""
+    def _read_items(self, item_ids: list[int], now: dt.datetime) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(N, item columns) dense ids, (N, E/2) teacher embeddings and (N, C) counts, from
+        the online store."""
         attrs = self.items.read("item_attributes", item_ids, now)
         ids = np.zeros((len(item_ids), len(self.item_cols)), dtype=np.int64)
         for c, (_, key) in enumerate(self.item_cols):
@@ -88,37 +94,39 @@ class Scorer:
             for r, row in enumerate(self.items.read(ITEM_EMB, item_ids, now)):
                 if row and row[ITEM_EMB] is not None:
                     emb[r] = row[ITEM_EMB]
-        return ids, emb
+        return ids, emb, self.dense.item_counts(item_ids, attrs, now)
 
     def preload_items(self, item_ids, now: dt.datetime) -> None:
         """Read items into the in-memory table (``cache_items``); already cached ones are kept."""
         missing = list(dict.fromkeys(int(i) for i in item_ids if int(i) not in self._item_row))
         if not missing:
             return
-        ids, emb = self._read_items(missing, now)
+        ids, emb, counts = self._read_items(missing, now)
         start = len(self._item_row)
         self._item_row.update({i: start + r for r, i in enumerate(missing)})
         self._item_ids = np.concatenate([self._item_ids, ids])
         self._item_emb = np.concatenate([self._item_emb, emb])
+        self._item_counts = np.concatenate([self._item_counts, counts])
 
     def refresh_items(self, now: dt.datetime) -> None:
         """Re-read every cached item (after the online store was re-materialized)."""
         cached = list(self._item_row)
         self._item_row.clear()
         self._item_ids, self._item_emb = self._item_ids[:0], self._item_emb[:0]
+        self._item_counts = self._item_counts[:0]
         self.preload_items(cached, now)
 
-    def _candidates(self, item_ids: list[int], now: dt.datetime) -> tuple[np.ndarray, np.ndarray]:
+    def _candidates(self, item_ids: list[int], now: dt.datetime) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not self.cache_items:
             return self._read_items(item_ids, now)
         self.preload_items(item_ids, now)
         rows = [self._item_row[int(i)] for i in item_ids]
-        return self._item_ids[rows], self._item_emb[rows]
+        return self._item_ids[rows], self._item_emb[rows], self._item_counts[rows]
 
     def inputs(self, user_id: int, item_ids: list[int], now: dt.datetime) -> StudentInputs:
         n, user_id = len(item_ids), int(user_id)
         attrs, behavior, user_row = self._user(user_id, now)
-        item_ids_mapped, item_emb = self._candidates(item_ids, now)
+        item_ids_mapped, item_emb, item_counts = self._candidates(item_ids, now)
         sparse = np.empty((n, len(self.keys)), dtype=np.int64)
         for j, key in self.user_cols:
             sparse[:, j] = self._id("user_id", user_id) if key == "user_id" else self._id(key[5:], attrs.get(key[5:]))
@@ -127,11 +135,7 @@ class Scorer:
         history = np.zeros((n, self.h), dtype=np.int64)
         if recent:
             history[:, self.h - len(recent):] = recent
-        count = behavior.get("history_count") or 0
-        hour = now.hour + now.minute / 60 + now.second / 3600
-        values = {"log_history_len": math.log1p(count), "hour_of_day_sin": math.sin(2 * math.pi * hour / 24),
-                  "hour_of_day_cos": math.cos(2 * math.pi * hour / 24)}
-        dense = np.tile(np.array([values.get(k, 0.0) for k in self.dense_names], dtype=np.float32), (n, 1))
+        dense = self.dense.features(user_id, behavior.get("history_count") or 0, item_counts, now)
         emb = None
         if self.emb_half:
             value = user_row.get(USER_EMB)

@@ -60,7 +60,8 @@ def run_context(tracking: str):
 def fingerprint(data: str, presets: dict) -> dict:
     """Content keys of one run's inputs: the dataset's digest ("" when simulated), the
     code version and a digest of each resolved config preset (the simulator's "" when
-    the run reads a given dataset: it plays no part then)."""
+    the run reads a given dataset: it plays no part then). Refuses a student preset that
+    reads dense features the features preset does not build, before any stage runs."""
     from gem.config import flatten, load_config
     from gem.data.simulate import SimulatorConfig
     from gem.features.config import FeaturesConfig
@@ -69,16 +70,32 @@ def fingerprint(data: str, presets: dict) -> dict:
     from gem_app.stages.distill import distill_config
 
     train, model = load_train_config(presets["train_preset"], [])
+    features = load_config(FeaturesConfig, section="features", preset=presets["features_preset"])
+    students = distill_config(presets["student_preset"])
+    check_student_inputs(features, students.student.dense_features, presets)
     configs = {
         "sim": flatten(load_config(SimulatorConfig, section="simulator", preset=presets["sim_preset"])),
-        "features": flatten(load_config(FeaturesConfig, section="features", preset=presets["features_preset"])),
+        "features": flatten(features),
         "train": {**flatten(train), **flatten(model)},
-        "students": flatten(distill_config(presets["student_preset"])),
+        "students": flatten(students),
     }
     keys = {k: value_digest(v) for k, v in configs.items()}
     if data:
         keys["sim"] = ""
     return {"data": tree_digest(data) if data else "", "code": code_version(), **keys}
+
+
+def check_student_inputs(features, dense_features: list[str], presets: dict) -> None:
+    from gem.features.counters import COUNTER_FEATURES, COUNTER_PREFIX
+    from gem.features.shards import DENSE_FEATURES
+
+    missing = [n for n in dense_features if n not in DENSE_FEATURES and not (
+        features.counters and n in COUNTER_FEATURES)]
+    if missing:
+        counters = " (cnt_*: the features preset builds no counters; set counters: true)" if any(
+            n.startswith(COUNTER_PREFIX) for n in missing) else ""
+        raise ValueError(f"student preset {presets['student_preset']!r} reads dense features {missing} that features "
+                         f"preset {presets['features_preset']!r} does not build{counters}")
 
 
 def log_figures(metrics, figures: dict, prefix: str = "") -> None:

@@ -310,12 +310,21 @@ def test_cache_keys_change_when_and_only_when_content_changes(compiled):
 def test_the_simulator_config_is_no_key_of_a_run_on_given_data(tmp_path):
     from gem_app.components.runtime import fingerprint
 
-    presets = {"sim_preset": "tiny", "features_preset": "tiny", "train_preset": "tiny", "student_preset": "pipeline"}
+    presets = {"sim_preset": "tiny", "features_preset": "smoke", "train_preset": "tiny", "student_preset": "pipeline"}
     (tmp_path / "manifest.json").write_text("{}")
     given, simulated = fingerprint(str(tmp_path), presets), fingerprint("", presets)
     assert given["sim"] == "" and given["data"] and simulated["sim"] and simulated["data"] == ""
     assert {k: given[k] for k in ("features", "train", "students")} == {
         k: simulated[k] for k in ("features", "train", "students")}
+
+
+def test_a_student_preset_reading_counters_needs_a_features_preset_that_builds_them():
+    from gem_app.components.runtime import fingerprint
+
+    presets = {"sim_preset": "tiny", "features_preset": "tiny", "train_preset": "tiny", "student_preset": "pipeline"}
+    with pytest.raises(ValueError, match=r"student preset 'pipeline' reads dense features \['cnt_item_all_ctr_lift'"
+                                         r".*features preset 'tiny'.*counters: true"):
+        fingerprint("", presets)
 
 
 def test_cluster_settings_reject_unknown_keys_and_a_workspace_off_the_volume():
