@@ -38,10 +38,28 @@ TAG_DATA_DIGEST = "gem.data_digest"
 TAG_FEATURE_VIEWS = "gem.feature_views"
 TAG_TEACHER_VERSION = "gem.teacher_version"
 TAG_SURFACE = "gem.surface"
+TAG_MODEL_ROLE = "gem.model_role"  # teacher | student: what the run's holdout/* figures are of
+
+# One vocabulary for every model's holdout figures (click task): the teacher's run (every
+# surface, gem.surface "all") and each student's run (its surface) log the same names, so
+# MLflow compares them column by column; the surface is the gem.surface tag, not the name.
+HOLDOUT_FIGURES = ("auc", "ne", "calibration", "positives", "negatives", "rows")
 
 DEFAULT_EXPERIMENT = "gem"
 # the UI opens an experiment of this kind on its training runs (not the GenAI pages)
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+
+def holdout_metrics(figures: dict[str, float]) -> dict[str, float]:
+    """``holdout/<figure>`` for the HOLDOUT_FIGURES in ``figures`` that are numbers (an AUC
+    short of evidence is NaN and left out); ``rows`` = positives + negatives when absent."""
+    import math
+
+    values = dict(figures)
+    if "rows" not in values and "positives" in values and "negatives" in values:
+        values["rows"] = float(values["positives"]) + float(values["negatives"])
+    return {f"holdout/{k}": float(values[k]) for k in HOLDOUT_FIGURES
+            if values.get(k) is not None and math.isfinite(float(values[k]))}
 
 
 class TrackingUnavailable(RuntimeError):

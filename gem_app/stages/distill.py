@@ -163,7 +163,7 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
     (train, spec), (holdout, _) = student_tables(cfg, train_features, eval_features, feast_repo)
     teacher = load_teacher(teacher_uri, tracking_uri) if cfg.transfer.sharing != "off" else None
     teacher_version = train.teacher_version or teacher_version or (teacher.version if teacher else teacher_uri)
-    with tracked(ctx, f"distill-{surface}", tags={tracking.TAG_SURFACE: surface,
+    with tracked(ctx, f"distill-{surface}", tags={tracking.TAG_SURFACE: surface, tracking.TAG_MODEL_ROLE: "student",
                                                   tracking.TAG_TEACHER_VERSION: teacher_version,
                                                   tracking.TAG_FEATURE_VIEWS: KNOWLEDGE_VIEWS}):
         mlflow.log_params({k: str(v)[:500] for k, v in run_params(cfg).items()})
@@ -190,6 +190,7 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
         # an AUC short of evidence is NaN here and stays out of MLflow (its counts go in)
         mlflow.log_metrics(computed({f"eval/{who}/{k}": v for who, m in figures.items() for k, v in m.items()}))
         mlflow.log_metrics(computed({f"eval/lift/{k}": v for k, v in lift.items()}))
+        mlflow.log_metrics(tracking.holdout_metrics(figures["student"]))  # the names the teacher's run shares
         intervals = log_evaluation(student, baseline, holdout, surface)
         vs_teacher = {k[len("eval/vs_teacher/"):]: v for k, v in intervals.items() if k.startswith("eval/vs_teacher/")}
         if "eval/teacher/auc" in intervals:  # the teacher on the same holdout rows

@@ -12,6 +12,7 @@ recorded result.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +58,19 @@ def _log_inputs(run_id: str, init_from: str) -> None:
 
     if init_from:
         log_model_input(init_from, run_id)
+
+
+def _log_holdout(run_id: str, metrics: dict[str, float]) -> None:
+    """The teacher's holdout figures (click, every surface) under the names every model's
+    run shares (gem.tracking.HOLDOUT_FIGURES), tagged as the teacher's over every surface."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, RunTag
+
+    figures = {k: metrics[f"eval/{k}/all/click"] for k in ("auc", "ne", "calibration", "positives", "negatives")
+               if f"eval/{k}/all/click" in metrics}
+    now = int(time.time() * 1000)
+    MlflowClient().log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in tracking.holdout_metrics(
+        figures).items()], tags=[RunTag(tracking.TAG_SURFACE, "all"), RunTag(tracking.TAG_MODEL_ROLE, "teacher")])
 
 
 def _launch(how, features: str, eval_features: str, out: str, preset: str, overrides: list[str], init_from: str,
@@ -152,6 +166,7 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
     fault_point("train:start")
     metrics, steps = _launch(Launcher.parse(launcher), features, eval_features, out, preset, all_overrides,
                              init_from, run_id)
+    _log_holdout(run_id, metrics)
     version = _registered_version(registry.TEACHER_MODEL, run_id) or mlflow.register_model(
         _logged_model_uri(run_id), registry.TEACHER_MODEL,
         tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,

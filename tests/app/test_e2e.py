@@ -234,6 +234,12 @@ def what_the_ui_shows(workspace: Path, tmp_path: Path, row: dict, teacher_gate: 
                 digests.setdefault(d["dataset"]["name"], set()).add(d["dataset"]["digest"])
         assert digests and all(len(v) == 1 for v in digests.values()), digests
         provenance(rest, by_name, distill, train)
+        # teacher and student compare column by column: the same holdout names, the surface a tag
+        shared = {f"holdout/{k}" for k in tracking.HOLDOUT_FIGURES} - {"holdout/auc"}  # no AUC short of evidence
+        assert shared <= set(mlflow_ui.metrics(distill)) & set(mlflow_ui.metrics(train)), (
+            sorted(mlflow_ui.metrics(distill)), sorted(mlflow_ui.metrics(train)))
+        assert [mlflow_ui.tags(r)[k] for r in (train, distill) for k in (tracking.TAG_MODEL_ROLE, tracking.TAG_SURFACE)
+                ] == ["teacher", "all", "student", "search"]
         # the registry: the same words as the gate run; what the model is and how to load it
         assert mlflow_ui.tags(student_version)["gate.decision"] == row["decision"]
         assert mlflow_ui.tags(student_version)["gate.reason"] == row["why"]
