@@ -16,6 +16,7 @@ BENCHMARKS = (
     "benchmarks.training_bench --preset long --name training_long",
     "benchmarks.knowledge_bench",
     "benchmarks.serving_http_bench",
+    "benchmarks.serving_counters_bench",
     "benchmarks.quality.bench",
     "benchmarks.transfer.bench",
     "benchmarks.pipeline_bench",

@@ -50,9 +50,10 @@ def _one(scorer, user: int, cands: list[int], now: dt.datetime) -> tuple[float, 
 
 
 def measure(scorer, users: list[int], items: list[int], *, requests: int, candidates: int,
-            now: dt.datetime, seed: int = 0, warmup: int = 10) -> dict:
+            now: dt.datetime, seed: int = 0, warmup: int = 10, raw: bool = False) -> dict:
     """p50/p99 of end-to-end requests (online reads + scoring), of the reads and of the
-    scoring alone, one request at a time."""
+    scoring alone, one request at a time; with ``raw`` also every request's seconds
+    (``samples``), for pooling several runs."""
     reqs = requests_for(users, items, requests + warmup, candidates, seed)
     end_to_end, fetch, score_only = [], [], []
     gc.collect()
@@ -66,8 +67,11 @@ def measure(scorer, users: list[int], items: list[int], *, requests: int, candid
                 score_only.append(score)
     finally:
         gc.unfreeze()
-    return {"end_to_end": percentiles(end_to_end), "feature_fetch": percentiles(fetch),
-            "score_only": percentiles(score_only)}
+    out = {"end_to_end": percentiles(end_to_end), "feature_fetch": percentiles(fetch),
+           "score_only": percentiles(score_only)}
+    if raw:
+        out["samples"] = {"end_to_end": end_to_end, "feature_fetch": fetch}
+    return out
 
 
 def measure_concurrent(make_scorer: Callable[[], object], users: list[int], items: list[int], *, threads: int,

@@ -9,8 +9,8 @@ carrying the log's own counts). From those it computes the same features with th
 code, so a student that reads counters is served them, not zeros:
 
     dense = RequestDense(store, surface="feed", names=model.cfg.dense_features)
-    item_counts = dense.item_counts(item_ids, item_attribute_rows, now)   # cacheable per item
-    x = dense.features(user_id, history_count, item_counts, now)          # (N, D) float32
+    per_item = dense.item_features(item_ids, item_attribute_rows, now)  # cacheable per item
+    x = dense.features(user_id, history_count, per_item, now)           # (N, D) float32
 
 The counts are the export's, so a request some time after it reads counts that are that
 much older than a training example's (the point-in-time counts at its own instant).
@@ -40,6 +40,7 @@ from gem.features.counters import (
     SIGNALS,
     count_column,
     counter_features,
+    counter_names,
 )
 from students.online import OnlineReader
 
@@ -66,79 +67,85 @@ class RequestDense:
     def __init__(self, store, *, surface: str, names: list[str]) -> None:
         check_servable(list(names))
         self.names, self.surface = list(names), surface
-        self.counters = any(n.startswith(COUNTER_PREFIX) for n in self.names)
-        self.user_counts_needed = self.counters or any(n in USER_PRIOR_FEATURES for n in self.names)
-        # item-side kinds are read only when some counter feature is (every cnt_ feature
-        # is computed from all kinds at once; the arrays are small)
-        self.item_kinds = ITEM_KINDS if self.counters else ()
+        counter_names = [n for n in self.names if n.startswith(COUNTER_PREFIX)]
+        # counter features of the candidate (item-side kinds: cacheable per item) and of the
+        # request (the user's and the log's)
+        self.item_names = [n for n in counter_names if _kind(n) in ITEM_KINDS]
+        self.request_names = [n for n in counter_names if n not in self.item_names]
+        self.item_kinds = tuple(k for k in ITEM_KINDS if any(_kind(n) == k for n in self.item_names))
+        self.user_counts_needed = bool(self.request_names) or any(n in USER_PRIOR_FEATURES for n in self.names)
+        kinds = (*self.item_kinds, "user") if self.user_counts_needed else self.item_kinds
         self.readers = {kind: OnlineReader(store, {f"{kind}_counters": view_columns(kind) + list(GLOBAL_COLUMNS)},
-                                           join_key=KEY_COLUMNS[kind])
-                        for kind in ((*self.item_kinds, "user") if self.user_counts_needed else ())}
-        # item-side columns: each item kind's counts, then the log's (from the item's row)
-        self.item_columns = [c for kind in self.item_kinds for c in view_columns(kind)] + list(GLOBAL_COLUMNS)
+                                           join_key=KEY_COLUMNS[kind]) for kind in kinds}
+        self._globals: dict[str, float] = {}  # the log's counts, as the last row read carried them
 
     def _rows(self, kind: str, keys: list, now: dt.datetime) -> list[dict | None]:
         unique = list(dict.fromkeys(k for k in keys if k is not None))  # None: an item without the attribute
         found = dict(zip(unique, self.readers[kind].read(f"{kind}_counters", unique, now)))
         return [found[k] if k is not None else None for k in keys]
 
-    def item_counts(self, item_ids: list[int], attrs: list[dict | None], now: dt.datetime) -> np.ndarray:
-        """float64 (N, len(item_columns)): each candidate's counts of every item-side kind
-        and the log's (0 where the online store has no row: an unseen key, as in training)."""
-        out = np.zeros((len(item_ids), len(self.item_columns)), dtype=np.float64)
-        if not self.item_kinds:
-            return out
+    def _seen(self, row: dict) -> dict[str, float]:
+        values = {c: float(row.get(c) or 0) for c in GLOBAL_COLUMNS}
+        self._globals = values
+        return values
+
+    def item_features(self, item_ids: list[int], attrs: list[dict | None], now: dt.datetime) -> np.ndarray:
+        """float32 (N, len(item_names)): each candidate's counter features of the item-side
+        kinds (0 where the online store has no row: an unseen key, as in training)."""
+        n = len(item_ids)
+        if not self.item_names:
+            return np.zeros((n, 0), dtype=np.float32)
         keys = {"item": [int(i) for i in item_ids], "surface_item": [(self.surface, int(i)) for i in item_ids],
                 "advertiser": [_raw(a, "advertiser_id") for a in attrs],
                 "category": [_raw(a, "category_id") for a in attrs]}
-        column = {c: j for j, c in enumerate(self.item_columns)}
-        has_global = np.zeros(len(item_ids), dtype=bool)
+        counts = {c: np.zeros(n) for kind in self.item_kinds for c in view_columns(kind)}
+        counts.update({c: np.zeros(n) for c in GLOBAL_COLUMNS})
         for kind in self.item_kinds:
             for r, row in enumerate(self._rows(kind, keys[kind], now)):
                 if row is None:
                     continue
                 for c in view_columns(kind):
-                    out[r, column[c]] = row[c] or 0
-                if not has_global[r]:
-                    out[r, [column[c] for c in GLOBAL_COLUMNS]] = [row[c] or 0 for c in GLOBAL_COLUMNS]
-                    has_global[r] = True
-        return out
+                    counts[c][r] = row[c] or 0
+                for c, v in self._seen(row).items():  # every row of one export carries the same log counts
+                    counts[c][r] = v
+        return _pick(counter_features(counts, self.item_kinds), self.item_kinds, self.item_names)
 
-    def features(self, user_id: int, history_count: int, item_counts: np.ndarray, now: dt.datetime) -> np.ndarray:
+    def features(self, user_id: int, history_count: int, item_features: np.ndarray, now: dt.datetime) -> np.ndarray:
         """float32 (N, D), D = the student's dense features in its order."""
-        n = len(item_counts)
+        n = len(item_features)
         moment = now if now.tzinfo else now.replace(tzinfo=dt.timezone.utc)  # naive = UTC, as the log's times
         angle = 2 * math.pi * (moment.timestamp() % 86_400) / 86_400
         values: dict[str, float | np.ndarray] = {"log_history_len": math.log1p(history_count),
                                                  "hour_of_day_sin": math.sin(angle),
                                                  "hour_of_day_cos": math.cos(angle)}
+        values.update({name: item_features[:, j] for j, name in enumerate(self.item_names)})
         if self.user_counts_needed:
             user = self._rows("user", [int(user_id)], now)[0] or {}
             impressions = user.get(count_column("user", "all", "impressions")) or 0
             clicks = user.get(count_column("user", "all", "clicks")) or 0
             values["user_prior_ad_ctr"] = (clicks + 1.0) / (impressions + 50.0)  # gem.features.shards
             values["log_user_prior_ad_impressions"] = math.log1p(impressions)
-            if self.counters:
-                values.update(self._counter_features(user, item_counts))
+            if self.request_names:
+                log = self._seen(user) if user else self._globals  # an unseen user: the log's counts as last read
+                counts = {c: np.array([float(user.get(c) or 0)]) for c in view_columns("user")}
+                counts.update({c: np.array([log.get(c, 0.0)]) for c in GLOBAL_COLUMNS})
+                values.update(zip(self.request_names, _pick(counter_features(counts, ("user",)), ("user",),
+                                                             self.request_names)[0]))
         dense = np.empty((n, len(self.names)), dtype=np.float32)
         for j, name in enumerate(self.names):
             dense[:, j] = values[name]
         return dense
 
-    def _counter_features(self, user: dict, item_counts: np.ndarray) -> dict[str, np.ndarray]:
-        n = len(item_counts)
-        counts = {c: item_counts[:, j] for j, c in enumerate(self.item_columns)}
-        for c in view_columns("user"):
-            counts[c] = np.full(n, user.get(c) or 0, dtype=np.float64)
-        if user:  # a candidate without any counts row reads the log's counts from the user's
-            missing = ~item_counts[:, [self.item_columns.index(c) for c in GLOBAL_COLUMNS]].any(axis=1)
-            for c in GLOBAL_COLUMNS:
-                counts[c] = np.where(missing, user.get(c) or 0, counts[c])
-        for kind in KINDS:
-            for c in view_columns(kind):
-                counts.setdefault(c, np.zeros(n))
-        table = counter_features(counts)
-        return {name: table[:, j] for j, name in enumerate(COUNTER_FEATURES)}
+
+def _kind(name: str) -> str:
+    """The key kind of a counter feature name (``cnt_<kind>_<horizon>_<stat>``)."""
+    return next(k for k in (*KINDS, GLOBAL) if name.startswith(f"{COUNTER_PREFIX}{k}_"))
+
+
+def _pick(table: np.ndarray, kinds: tuple[str, ...], names: list[str]) -> np.ndarray:
+    """The ``names`` columns of ``counter_features(counts, kinds)``."""
+    computed = counter_names(kinds)
+    return table[:, [computed.index(n) for n in names]].astype(np.float32)
 
 
 def _raw(attrs: dict | None, key: str):

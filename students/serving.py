@@ -74,14 +74,14 @@ class Scorer:
         self._item_row: dict[int, int] = {}
         self._item_ids = np.zeros((0, len(self.item_cols)), dtype=np.int64)
         self._item_emb = np.zeros((0, self.emb_half), dtype=np.float32)
-        self._item_counts = np.zeros((0, len(self.dense.item_columns)), dtype=np.float64)
+        self._item_counters = np.zeros((0, len(self.dense.item_names)), dtype=np.float32)
 
     def _id(self, vocab: str, value) -> int:
         return self.maps[vocab].get(value, 0) if value is not None else 0
 
     def _read_items(self, item_ids: list[int], now: dt.datetime) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(N, item columns) dense ids, (N, E/2) teacher embeddings and (N, C) counts, from
-        the online store."""
+        """(N, item columns) dense ids, (N, E/2) teacher embeddings and (N, C) counter
+        features, from the online store."""
         attrs = self.items.read("item_attributes", item_ids, now)
         ids = np.zeros((len(item_ids), len(self.item_cols)), dtype=np.int64)
         for c, (_, key) in enumerate(self.item_cols):
@@ -94,7 +94,7 @@ class Scorer:
             for r, row in enumerate(self.items.read(ITEM_EMB, item_ids, now)):
                 if row and row[ITEM_EMB] is not None:
                     emb[r] = row[ITEM_EMB]
-        return ids, emb, self.dense.item_counts(item_ids, attrs, now)
+        return ids, emb, self.dense.item_features(item_ids, attrs, now)
 
     def preload_items(self, item_ids, now: dt.datetime) -> None:
         """Read items into the in-memory table (``cache_items``); already cached ones are kept."""
@@ -106,14 +106,14 @@ class Scorer:
         self._item_row.update({i: start + r for r, i in enumerate(missing)})
         self._item_ids = np.concatenate([self._item_ids, ids])
         self._item_emb = np.concatenate([self._item_emb, emb])
-        self._item_counts = np.concatenate([self._item_counts, counts])
+        self._item_counters = np.concatenate([self._item_counters, counts])
 
     def refresh_items(self, now: dt.datetime) -> None:
         """Re-read every cached item (after the online store was re-materialized)."""
         cached = list(self._item_row)
         self._item_row.clear()
         self._item_ids, self._item_emb = self._item_ids[:0], self._item_emb[:0]
-        self._item_counts = self._item_counts[:0]
+        self._item_counters = self._item_counters[:0]
         self.preload_items(cached, now)
 
     def _candidates(self, item_ids: list[int], now: dt.datetime) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -121,12 +121,12 @@ class Scorer:
             return self._read_items(item_ids, now)
         self.preload_items(item_ids, now)
         rows = [self._item_row[int(i)] for i in item_ids]
-        return self._item_ids[rows], self._item_emb[rows], self._item_counts[rows]
+        return self._item_ids[rows], self._item_emb[rows], self._item_counters[rows]
 
     def inputs(self, user_id: int, item_ids: list[int], now: dt.datetime) -> StudentInputs:
         n, user_id = len(item_ids), int(user_id)
         attrs, behavior, user_row = self._user(user_id, now)
-        item_ids_mapped, item_emb, item_counts = self._candidates(item_ids, now)
+        item_ids_mapped, item_emb, item_counters = self._candidates(item_ids, now)
         sparse = np.empty((n, len(self.keys)), dtype=np.int64)
         for j, key in self.user_cols:
             sparse[:, j] = self._id("user_id", user_id) if key == "user_id" else self._id(key[5:], attrs.get(key[5:]))
@@ -135,7 +135,7 @@ class Scorer:
         history = np.zeros((n, self.h), dtype=np.int64)
         if recent:
             history[:, self.h - len(recent):] = recent
-        dense = self.dense.features(user_id, behavior.get("history_count") or 0, item_counts, now)
+        dense = self.dense.features(user_id, behavior.get("history_count") or 0, item_counters, now)
         emb = None
         if self.emb_half:
             value = user_row.get(USER_EMB)

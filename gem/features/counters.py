@@ -142,19 +142,26 @@ def counts_for_kind(kind: str, labelled: dict[str, np.ndarray], label_keys: list
     return out
 
 
-def counter_features(counts: dict[str, np.ndarray]) -> np.ndarray:
-    """float32 (B, len(COUNTER_FEATURES)) from the count columns (the features are named
-    above): per kind and horizon the popularity (``share`` over all time, ``trend`` in a
-    window), the click rate shrunk to the log's rate so far with CTR_PRIOR_WEIGHT
-    pseudo-impressions as log-odds over the log's rate (0: no evidence either way), the
-    conversion rate per click the same way; then the log-odds of the log's own click and
-    conversion rates so far. Conversion features are 0 until the log has a conversion."""
+def counter_names(kinds: tuple[str, ...] = KINDS) -> tuple[str, ...]:
+    """The features ``counter_features(counts, kinds)`` returns, in its column order."""
+    return tuple(n for n in COUNTER_FEATURES if any(n.startswith(f"cnt_{k}_") for k in (*kinds, GLOBAL)))
+
+
+def counter_features(counts: dict[str, np.ndarray], kinds: tuple[str, ...] = KINDS) -> np.ndarray:
+    """float32 (B, len(counter_names(kinds))) from the count columns (the features are named
+    above; ``kinds``: only those key kinds' features, and the log's, e.g. for a scorer that
+    computes the user's per request and caches the item's): per kind and horizon the
+    popularity (``share`` over all time, ``trend`` in a window), the click rate shrunk to
+    the log's rate so far with CTR_PRIOR_WEIGHT pseudo-impressions as log-odds over the
+    log's rate (0: no evidence either way), the conversion rate per click the same way;
+    then the log-odds of the log's own click and conversion rates so far. Conversion
+    features are 0 until the log has a conversion."""
     g = {s: counts[count_column(GLOBAL, "all", s)].astype(np.float64) for s in SIGNALS}
     ctr0 = (g["clicks"] + 1.0) / (g["impressions"] + 2.0)
     cvr0 = (g["conversions"] + 1.0) / (g["clicks"] + 2.0)
     converted = g["conversions"] > 0  # before the log's first conversion the conversion features are 0
     columns = []
-    for kind in KINDS:
+    for kind in (k for k in KINDS if k in kinds):
         seen = counts[count_column(kind, "all", "impressions")].astype(np.float64)
         share = seen / np.maximum(g["impressions"], 1.0)
         for h in HORIZONS:

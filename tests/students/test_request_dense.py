@@ -102,7 +102,7 @@ def test_counters_are_cached_per_item_and_refreshed(world, counted, tmp_path):
     assert torch.equal(a.dense, b.dense)
     share = list(SERVABLE).index("cnt_item_all_share")
     assert a.dense[:-1, share].gt(0).any() and a.dense[-1, share] == 0  # an unseen item reads no counts
-    cached._item_counts[:] = 0
+    cached._item_counters[:] = 0
     cached.refresh_items(end)
     assert torch.equal(cached.inputs(user, items, end).dense, a.dense)
 
