@@ -161,6 +161,12 @@ CASES: tuple[Case, ...] = (
          "tests/test_cli.py::test_a_user_error_is_one_or_two_lines_and_exit_2", 28, UNCLEAR),
 )
 
+# issue 42 (reliability round 4): each part registers its cases in its own module
+from tests.reliability.cases_r4_cli import CASES as _R4_CLI  # noqa: E402
+from tests.reliability.cases_r4_registry import CASES as _R4_REGISTRY  # noqa: E402
+
+CASES = CASES + _R4_CLI + _R4_REGISTRY
+
 
 def as_dicts() -> list[dict]:
     return [asdict(case) for case in CASES]
