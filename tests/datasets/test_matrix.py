@@ -28,7 +28,8 @@ def _features_cfg(**kw):
     from gem.features.config import FeaturesConfig
 
     return load_config(FeaturesConfig, section="features", preset="tiny",
-                       overrides=["max_seq_len=32", "num_buckets=2", "workers=1", *[f"{k}={v}" for k, v in kw.items()]])
+                       overrides=["max_seq_len=32", "num_buckets=2", "workers=1", "counters=true",  # as the pipeline
+                                  *[f"{k}={v}" for k, v in kw.items()]])
 
 
 @pytest.mark.parametrize("shape", SHAPES)
