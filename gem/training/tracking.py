@@ -220,7 +220,7 @@ def _log_input(features: str, digest: str, num_examples: int, context: str, tags
     from mlflow.data.meta_dataset import MetaDataset
 
     if Path(features).is_dir():
-        source = resolve_dataset_source(str(Path(features).resolve()))
+        source = resolve_dataset_source(Path(features).resolve().as_uri())  # a URI, not a machine path
     else:
         source = CodeDatasetSource(tags={"uri": features})
     # named as the pipeline's other runs name a features window (gem_app.stages.features)

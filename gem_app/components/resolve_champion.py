@@ -12,6 +12,7 @@ def resolve_champion(ctx: str) -> NamedTuple("Champion", init_from=str, vocab_fr
     from gem_app.stages.context import RunContext
     from gem_app.stages.gate import champion_teacher
 
-    RunContext.loads(ctx).configure()
-    champion = champion_teacher()
+    context = RunContext.loads(ctx)
+    context.configure()
+    champion = champion_teacher(context.tracking_root)
     return namedtuple("Champion", ["init_from", "vocab_from"])(champion["uri"], champion["features_dir"])

@@ -118,6 +118,7 @@ def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_f
     from gem.config import run_params
     from gem.features.build import finalize_build
     from gem.features.plan import BuildPlan
+    from gem.utils.paths import shown
 
     cfg = _config(preset, vocab_from, overrides)
     plan = BuildPlan.read(Path(out))
@@ -125,7 +126,8 @@ def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_f
     with tracked(ctx, f"features-{name}", tags={tracking.TAG_DATA_WINDOW: window}):
         manifest = finalize_build(plan, cfg)
         mlflow.set_tag(tracking.TAG_DATA_DIGEST, lineage_digest(manifest["digest"]))
-        mlflow.log_params({**run_params(cfg), "window": window, "window_name": name,
+        mlflow.log_params({**run_params(cfg), "vocab_from": shown(vocab_from, ctx.tracking_root), "window": window,
+                           "window_name": name,
                            "shards": manifest["counts"].get("shards", ""), "surfaces": ",".join(plan.surfaces),
                            "tasks": ",".join(plan.data_tasks)})
         log_dataset_input(plan.data_dir, record["key"]["data"], "source")
@@ -224,6 +226,6 @@ def _log_input(folder: Path, name: str, digest: str, tags: dict[str, str], run_i
     from mlflow.data.meta_dataset import MetaDataset
     from mlflow.entities import DatasetInput, InputTag
 
-    dataset = MetaDataset(resolve_dataset_source(str(folder)), name=name, digest=digest)
+    dataset = MetaDataset(resolve_dataset_source(Path(folder).resolve().as_uri()), name=name, digest=digest)
     entity = DatasetInput(dataset._to_mlflow_entity(), [InputTag(k, v) for k, v in tags.items()])
     mlflow.MlflowClient().log_inputs(run_id or mlflow.active_run().info.run_id, datasets=[entity])

@@ -124,14 +124,18 @@ def gate_teacher(version: str, eval_features: str, ctx: RunContext, cfg: GateCon
     return without_nulls(decision.to_dict())
 
 
-def champion_teacher() -> dict:
+def champion_teacher(workspace: str) -> dict:
     """The champion teacher's URI and the features directory whose vocabularies its
-    tables use (continued pretraining must build new windows with the same ids)."""
+    tables use (continued pretraining must build new windows with the same ids); the
+    version's tag names the folder relative to ``workspace`` (gem.utils.paths)."""
     from mlflow import MlflowClient
 
+    from gem.utils.paths import located
+
     mv = MlflowClient().get_model_version_by_alias(registry.TEACHER_MODEL, registry.CHAMPION)
+    tag = mv.tags.get(registry.FEATURES_DIR_TAG, "")
     return {"uri": registry.model_uri(registry.TEACHER_MODEL, mv.version),
-            "features_dir": mv.tags.get(registry.FEATURES_DIR_TAG, "")}
+            "features_dir": str(located(tag, workspace)) if tag else ""}
 
 
 # -- students ----------------------------------------------------------------------------------

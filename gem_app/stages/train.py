@@ -19,6 +19,7 @@ from pathlib import Path
 from gem import registry, tracking
 from gem.training.tracking import MODEL_NAME_TAG
 from gem.utils.evidence import auc_text
+from gem.utils.paths import shown
 from gem.utils.progress import figure
 from gem_app.stages.context import Reuse, RunContext, StageResult, fault_point, record_path
 from gem_app.stages.features import features_lineage
@@ -170,7 +171,8 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
     version = _registered_version(registry.TEACHER_MODEL, run_id) or mlflow.register_model(
         _logged_model_uri(run_id), registry.TEACHER_MODEL,
         tags={tracking.TAG_DATA_WINDOW: window, tracking.TAG_DATA_DIGEST: digest,
-              tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id, registry.FEATURES_DIR_TAG: str(Path(features).resolve())})
+              tracking.TAG_PIPELINE_RUN: ctx.pipeline_run_id,
+              registry.FEATURES_DIR_TAG: shown(features, ctx.tracking_root)})
     describe_teacher(str(version.version), window=window, digest=digest, run_id=run_id, init_from=init_from,
                      features=features, holdout=holdout_text(metrics, eval_features))
     fault_point("train:registered")

@@ -234,6 +234,16 @@ def what_the_ui_shows(workspace: Path, tmp_path: Path, row: dict, teacher_gate: 
                 digests.setdefault(d["dataset"]["name"], set()).add(d["dataset"]["digest"])
         assert digests and all(len(v) == 1 for v in digests.values()), digests
         provenance(rest, by_name, distill, train)
+        # no machine paths in what a person reads: params, tags, version tags, dataset sources
+        here = str(workspace.resolve())
+        shown = [(r["info"]["run_name"], k, v) for r in runs for k, v in {**mlflow_ui.params(r), **{
+            t: v for t, v in mlflow_ui.tags(r).items() if t != "mlflow.note.content"}}.items() if here in str(v)]
+        shown += [("gem_teacher v1", k, v) for k, v in mlflow_ui.tags(rest.version(TEACHER_MODEL, "1")).items()
+                  if here in str(v)]
+        shown += [(d["dataset"]["name"], "source", d["dataset"]["source"]) for r in runs
+                  for d in rest.run(r["info"]["run_id"]).get("inputs", {}).get("dataset_inputs", [])
+                  if here in d["dataset"]["source"] and "file://" not in d["dataset"]["source"]]
+        assert not shown, shown
         # teacher and student compare column by column: the same holdout names, the surface a tag
         shared = {f"holdout/{k}" for k in tracking.HOLDOUT_FIGURES} - {"holdout/auc"}  # no AUC short of evidence
         assert shared <= set(mlflow_ui.metrics(distill)) & set(mlflow_ui.metrics(train)), (
