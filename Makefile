@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # pytest-xdist processes (auto: one per core); 0 runs the suite in this process
 TEST_WORKERS ?= auto
 
-.PHONY: help install run test bench compile feast-apply lint clean
+.PHONY: help install run test bench compile feast-apply lint ui-check clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -51,6 +51,21 @@ bench: install  ## run every benchmark; results in benchmarks/results/*.json
 lint: install  ## ruff (config in pyproject.toml) and the import-layer contracts
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+
+# make ui-check: the workspace whose MLflow store it opens (default: make run's) and where its results go;
+# INSTALL_BROWSER=1 first installs Debian's chromium (apt-get, as root) and the ui-check extra if missing
+WORKSPACE ?= $(OUT)
+UI_CHECK_OUT ?= docs/ui-check
+CHROMIUM ?= /usr/bin/chromium
+INSTALL_BROWSER ?=
+
+ui-check: install  ## check in headless Chromium what WORKSPACE's MLflow UI shows (docs/ui-check/; INSTALL_BROWSER=1)
+	@if [ -n "$(INSTALL_BROWSER)" ]; then \
+		test -x $(CHROMIUM) || (apt-get update -qq && apt-get install -y -qq chromium); \
+		$(BIN)/python -c "import playwright" 2>/dev/null || $(BIN)/pip install -qq $$($(BIN)/python -c \
+			"import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['ui-check'])"); \
+	fi
+	$(BIN)/python -m checks.mlflow_ui $(WORKSPACE) --out $(UI_CHECK_OUT) --chromium $(CHROMIUM)
 
 clean:  ## remove run outputs (keeps .venv)
 	rm -rf runs mlruns mlflow.db .pytest_cache

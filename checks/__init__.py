@@ -1,0 +1,1 @@
+"""Checks a maintainer reruns by hand against a finished run (not part of `make test`)."""
