@@ -3,8 +3,9 @@
 Each command lives in its stage's own `cli` module, which exposes
 ``register(subparsers)`` adding one sub-command whose ``func(args) -> int`` runs it.
 
-Exit codes: 0 done; 2 a user error (a bad option, setting or input: one or two lines on
-stderr naming it and the rule, the traceback only with ``--debug`` or ``GEM_DEBUG=1``);
+Exit codes: 0 done; 2 a user error (a bad option, setting or input, or a workspace another
+run holds: one or two lines on stderr naming it and the rule, the traceback only with
+``--debug`` or ``GEM_DEBUG=1``);
 anything else is the command's own (``data validate`` documents its codes, 1 is a run
 that failed or a bug, with its traceback).
 """
@@ -33,8 +34,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """A refused option is one line naming it and the rule (argparse's usage block, often
+    longer than the screen, stays in --help); exit 2 as argparse does."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m gem",
         description="GEM: ads foundation model training and transfer to vertical models.",
     )

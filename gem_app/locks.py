@@ -16,9 +16,12 @@ from typing import Iterator
 
 from filelock import FileLock, Timeout
 
+from gem.errors import UserError
 
-class Busy(RuntimeError):
-    """Another process holds the lock."""
+
+class Busy(UserError, RuntimeError):
+    """Another process holds the lock: a refusal to start (exit 2 from ``python -m gem``,
+    as every refusal), naming the holder's pid, host and start."""
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from gem.config import count, iso_time
+from gem.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         run_gem_pipeline(args.workspace, **params)
+    except UserError:  # another run holds the workspace (gem_app.locks.Busy): exit 2, naming it
+        raise
     except RuntimeError as exc:  # a task failed: its last lines are already on stderr
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -131,12 +131,61 @@ def unsafe_names(names) -> list:
 
 def check_run_inputs(data: str | Path | None, surfaces: list[str]) -> None:
     """Before any work of a run: the surfaces asked for are safe names, and the dataset's
-    manifest (when a dataset is given) holds under the contract. ContractError if not."""
+    manifest (when a dataset is given) holds under the contract, as do its day folders
+    (``check_day_partitions``). ContractError if not."""
     bad = unsafe_names(surfaces)
     if bad:
         raise ContractError(f"surfaces {bad}: not safe names ({SAFE_NAME_RULE})")
     if data:
-        Manifest.read(Path(data))
+        check_day_partitions(Path(data), Manifest.read(Path(data)))
+
+
+DAY_RULE = f"{EVENTS_DIR}/{DAY_PARTITION}=YYYY-MM-DD, a real calendar day"
+
+
+def partition_day(folder: Path) -> dt.date:
+    """The UTC day an ``events/day=YYYY-MM-DD`` folder holds; ContractError naming the
+    folder and the rule when its name is not one (``day=2026-02-30``, ``day=today``)."""
+    name = Path(folder).name
+    prefix = f"{DAY_PARTITION}="
+    try:
+        if not name.startswith(prefix):
+            raise ValueError("no day= prefix")
+        return dt.date.fromisoformat(name[len(prefix):])
+    except ValueError as exc:
+        raise ContractError(f"{folder}: not a day partition ({exc}): event folders are named {DAY_RULE}; "
+                            "rename or remove it") from None
+
+
+def event_days(root: Path) -> dict[dt.date, Path]:
+    """The day partitions of ``root`` that hold event files (hidden and ``_`` files do not
+    count), by day; a folder whose name is not a day is refused (``partition_day``)."""
+    days = {}
+    for folder in sorted((Path(root) / EVENTS_DIR).glob(f"{DAY_PARTITION}=*")):
+        if folder.is_dir() and any(p.is_file() and not p.name.startswith((".", "_")) for p in folder.iterdir()):
+            days[partition_day(folder)] = folder
+    return days
+
+
+def check_day_partitions(root: Path, manifest: "Manifest | None" = None) -> dict[dt.date, Path]:
+    """Every day folder of ``root`` holding events names a real day inside the manifest's
+    window (their rows would all be quarantined: 18% of a run's rows for one new day past
+    ``window_end``). ContractError naming the folder, the bound and the way on; returns
+    ``event_days``."""
+    manifest = manifest or Manifest.read(Path(root))
+    days = event_days(root)
+    first, last = manifest.start.date(), (manifest.end - dt.timedelta(microseconds=1)).date()
+    for day, folder in days.items():
+        if day > last:
+            end = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.timezone.utc).isoformat()
+            raise ContractError(f"{folder}: a day past the manifest's window_end {manifest.window_end} "
+                                f"({Path(root) / MANIFEST}); extend window_end to {end} or later to take it in, "
+                                "or move the folder out")
+        if day < first:
+            raise ContractError(f"{folder}: a day before the manifest's window_start {manifest.window_start} "
+                                f"({Path(root) / MANIFEST}); move window_start back to {day.isoformat()} or "
+                                "earlier to take it in, or move the folder out")
+    return days
 
 
 @dataclass(kw_only=True)

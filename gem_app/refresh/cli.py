@@ -6,8 +6,12 @@
 
 A pass runs one cycle per newly arrived day (``--catch-up each``) or one cycle over
 all of them (``--catch-up batch``), under a lock: a second concurrent refresh refuses
-to start. A failed cycle leaves the state and the champions untouched. A day at or
-before the last processed one that changed or arrived late is reported, and refused
+to start (exit 2, naming the first's pid), and so does a second ``--every`` scheduler of
+the same workspace (its lock is held for its whole life). A day folder that is not a
+real day, or a day outside the manifest's window (``window_end`` not extended when the
+day arrived), is refused before any work, in one line naming it and the way on. A failed
+cycle leaves the state and the champions untouched. A day at or before the last
+processed one that changed or arrived late is reported, and refused
 (``--late-data refuse``, the default: exit 2, nothing run) or backfilled
 (``--late-data backfill``: the next cycle rebuilds its windows from the current data and
 continues the teacher from the earliest such day).
@@ -32,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", type=Path, help="contract dataset that keeps receiving day partitions")
     parser.add_argument("--workspace", type=Path, default=Path("runs/refresh"),
                         help="state, lock, MLflow store and one folder per cycle")
-    parser.add_argument("--every", default="", help="keep running on this interval (1d, 6h, 30m)")
+    parser.add_argument("--every", default=None, type=interval,
+                        help="keep running on this interval (1d, 6h, 30m; > 0): one scheduler per workspace")
     parser.add_argument("--catch-up", choices=("each", "batch"), default="each",
                         help="missed days: one cycle per day, or one cycle over all of them")
     parser.add_argument("--first-day", default=None, type=iso_day, help="first day to refresh when no state exists")
@@ -55,18 +60,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     schedule.set_defaults(func=_schedule)
 
 
+def interval(text: str) -> str:
+    """``--every``: a positive interval (gem_app.refresh.state.parse_interval), refused by
+    argparse before any work."""
+    from gem_app.refresh.state import interval as checked
+
+    return checked(text)
+
+
 def _refresh(args: argparse.Namespace) -> int:
+    from gem.data.contract import check_run_inputs
+    from gem.errors import UsageError
     from gem_app.pipelines.local import PRESETS
     from gem_app.refresh.cycle import run_cycle
-    from gem_app.refresh.state import RefreshBusy, RefreshConfig, parse_interval, run_every, run_refresh
+    from gem_app.refresh.state import RefreshConfig, parse_interval, run_every, run_refresh, scheduler_lock
 
     if args.data is None:
-        print("error: --data is required", file=sys.stderr)
-        return 2
+        raise UsageError("--data is required: the dataset that keeps receiving day partitions")
+    if args.max_cycles and not args.every:
+        raise UsageError("--max-cycles counts the ticks of --every; give --every too")
     params = dict(PRESETS[args.preset])
     params["surfaces"] = [s for s in args.surfaces.split(",") if s]
-    from gem.data.contract import check_run_inputs
-
+    # before any work, and again before each pass: the manifest, the surfaces, every day
+    # folder a real day inside the manifest's window (a user error: exit 2, one line)
     check_run_inputs(args.data, params["surfaces"])
     workspace = args.workspace.resolve()
     cfg = RefreshConfig(data=str(args.data), state_dir=str(workspace), catch_up=args.catch_up,
@@ -76,17 +92,15 @@ def _refresh(args: argparse.Namespace) -> int:
         return run_cycle(days, data=args.data.resolve(), workspace=workspace, params=params, backfill=backfill)
 
     def one_pass() -> None:
+        check_run_inputs(args.data, params["surfaces"])  # days arrive between ticks
         for result in run_refresh(cfg, cycle):
             print(json.dumps(result, indent=1))
 
     if not args.every:
-        try:
-            one_pass()
-        except RefreshBusy as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 3
+        one_pass()  # another refresh running: Busy, a user error (exit 2) naming its pid
         return 0
-    run_every(parse_interval(args.every), one_pass, max_ticks=args.max_cycles or None)
+    with scheduler_lock(workspace):  # one scheduler per workspace: a second is refused, naming the first
+        run_every(parse_interval(args.every), one_pass, max_ticks=args.max_cycles or None)
     return 0
 
 

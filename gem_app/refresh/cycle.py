@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from gem.data.contract import DAY_PARTITION, EVENTS_DIR, ITEMS_FILE, USERS_FILE, Manifest
+from gem.data.contract import EVENTS_DIR, ITEMS_FILE, USERS_FILE, Manifest, event_days
 from gem_app.stages.late_data import backfill_teacher_days  # noqa: F401 (re-exported)
 
 
@@ -30,8 +30,7 @@ def dataset_until(data: Path, last_day: dt.date, out: Path) -> Path:
     (out / EVENTS_DIR).mkdir(parents=True, exist_ok=True)
     for name in (USERS_FILE, ITEMS_FILE):
         _link(data / name, out / name)
-    days = {folder.name: folder for folder in (data / EVENTS_DIR).glob(f"{DAY_PARTITION}=*")
-            if dt.date.fromisoformat(folder.name.split("=", 1)[1]) <= last_day}
+    days = {folder.name: folder for day, folder in event_days(data).items() if day <= last_day}
     for link in (out / EVENTS_DIR).iterdir():  # days of an earlier view: cut later, or another source
         if link.is_symlink() and link.name not in days:
             link.unlink()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gem.data.contract import DAY_PARTITION, EVENTS_DIR, day_dir
+from gem.data.contract import day_dir, event_days
 from gem.errors import UserError
 from gem.utils.atomic import write_json
 from gem_app.locks import Busy, exclusive
@@ -78,24 +78,47 @@ def day_digests(data: Path, days: list[dt.date]) -> dict[str, str]:
     return {d.isoformat(): tree_digest(day_dir(Path(data), d)) for d in days}
 
 
+class IntervalError(UserError, ValueError):
+    """A schedule interval that is not a positive number of s, m, h or d."""
+
+
 def parse_interval(text: str) -> float:
-    """'1d', '6h', '30m', '45s' -> seconds."""
+    """'1d', '6h', '30m', '45s' -> seconds (> 0; IntervalError otherwise)."""
     match = _INTERVAL.match(text.strip())
     if not match:
-        raise ValueError(f"interval {text!r} must look like 1d, 6h, 30m or 45s")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        raise IntervalError(f"interval {text!r} must look like 1d, 6h, 30m or 45s")
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds <= 0:
+        raise IntervalError(f"interval {text!r} must be longer than 0 (e.g. 1d, 6h, 30m or 45s)")
+    return seconds
+
+
+def interval(text: str) -> str:
+    """argparse type of ``--every``: refused before any work (exit 2), returned as given."""
+    import argparse
+
+    try:
+        parse_interval(text)
+    except IntervalError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def refresh_lock(state_dir: Path):
     return exclusive(state_dir, "refresh", what="refresh")
 
 
+def scheduler_lock(state_dir: Path):
+    """Held by a ``refresh --every`` for its whole life (the pass lock only during a pass):
+    a second scheduler of the workspace is refused, naming the first's pid."""
+    return exclusive(state_dir, "scheduler", what="refresh scheduler (--every) of this workspace")
+
+
 def available_days(data: Path) -> list[dt.date]:
-    days = []
-    for folder in (Path(data) / EVENTS_DIR).glob(f"{DAY_PARTITION}=*"):
-        if any(p.suffix == ".parquet" and not p.name.startswith((".", "_")) for p in folder.iterdir()):
-            days.append(dt.date.fromisoformat(folder.name.split("=", 1)[1]))
-    return sorted(days)
+    """The days with event Parquet files; a day folder whose name is not a real day is
+    refused (ContractError naming it and the rule)."""
+    return sorted(day for day, folder in event_days(Path(data)).items()
+                  if any(p.suffix == ".parquet" and not p.name.startswith((".", "_")) for p in folder.iterdir()))
 
 
 def read_state(state_dir: Path) -> dict:
