@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from gem.data.contract import Manifest
+from gem.errors import UserError
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -57,15 +58,15 @@ def split_windows(data: str | Path, *, student_days: int = 1, holdout_days: int 
     days = manifest.days()
     needed = student_days + holdout_days + 1
     if len(days) < needed:
-        raise ValueError(f"{data}: {len(days)} day(s) in the window; the protocol needs at least {needed} "
-                         f"(teacher + {student_days} student + {holdout_days} holdout)")
+        raise WindowError(f"{data}: {len(days)} day(s) in the window; the protocol needs at least {needed} "
+                          f"(teacher + {student_days} student + {holdout_days} holdout)")
     teacher_end = days[-(student_days + holdout_days)]
     student_end = days[-holdout_days]
     start = manifest.start.isoformat()
     if teacher_days > 0:
         first = days.index(teacher_end) - teacher_days
         if first < 0:
-            raise ValueError(f"{data}: teacher_days={teacher_days} reaches before the dataset's first day")
+            raise WindowError(f"{data}: teacher_days={teacher_days} reaches before the dataset's first day")
         start = _midnight(days[first])
     return Windows(start=start, teacher_end=_midnight(teacher_end), student_end=_midnight(student_end),
                    end=manifest.end.isoformat())
@@ -78,11 +79,11 @@ def cut_windows(data: str | Path, cuts: list[str]) -> Windows:
 
     manifest = Manifest.read(Path(data))
     if len(cuts) != 2:
-        raise ValueError(f"cuts: two time cut points (teacher end, student end), got {list(cuts)}")
+        raise WindowError(f"cuts: two time cut points (teacher end, student end), got {list(cuts)}")
     points = [manifest.start, *(parse_utc(c) for c in cuts), manifest.end]
     if not all(a < b for a, b in zip(points, points[1:])):
-        raise ValueError(f"cuts {list(cuts)} must be increasing and inside {data}'s window "
-                         f"[{manifest.start.isoformat()}, {manifest.end.isoformat()})")
+        raise WindowError(f"cuts {list(cuts)} must be increasing and inside {data}'s window "
+                          f"[{manifest.start.isoformat()}, {manifest.end.isoformat()})")
     return Windows(start=points[0].isoformat(), teacher_end=points[1].isoformat(), student_end=points[2].isoformat(),
                    end=points[3].isoformat())
 
@@ -272,6 +273,11 @@ def check_windows(data: str | Path, windows: Windows, asked: list[str] | None = 
 SPLIT_PARTS = ("train", "validation", "test")
 
 
+class SplitError(UserError, ValueError):
+    """An explicit split that cannot be used: a split file that is unreadable or breaks
+    its rules, cut points that are not one or two, a part that holds no example."""
+
+
 def quantile_cuts(times_us, quantiles=(0.8, 0.9)) -> list[int]:
     """Cut points (us) of a global time split at ``quantiles`` of example time (the
     peers' protocol: train < cut[0] <= validation < cut[1] <= test)."""
@@ -292,26 +298,15 @@ def assign_split(example_id, time_us, *, cuts: list[int] | None = None, ids_file
 
     example_id = np.asarray(example_id, dtype=np.int64)
     if (cuts is None) == (ids_file is None):
-        raise ValueError("give exactly one of cuts (time cut points) or ids_file (example ids per part)")
+        raise SplitError("give exactly one of cuts (time cut points) or ids_file (example ids per part)")
     if cuts is not None:
         cuts = sorted(int(c) for c in cuts)
         if len(cuts) not in (1, 2):
-            raise ValueError(f"cuts: one or two time cut points, got {cuts}")
+            raise SplitError(f"--cut: one or two time cut points, got {len(cuts)}")
         names = ("train", "test") if len(cuts) == 1 else SPLIT_PARTS
         return np.asarray(names, dtype=object)[np.searchsorted(cuts, np.asarray(time_us, np.int64), side="right")]
     path = Path(ids_file)
     frame = _read_ids(path)
-    if not {"example_id", "part"} <= set(frame.columns):
-        raise ValueError(f"{path}: needs columns example_id and part (one of {SPLIT_PARTS})")
-    bad = ~frame["part"].isin(SPLIT_PARTS).to_numpy()
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{path}: row {row}: field part = {frame['part'].iloc[row]!r}; parts are {SPLIT_PARTS} "
-                         f"({int(bad.sum())} such rows)")
-    twice = frame["example_id"].duplicated().to_numpy()
-    if twice.any():
-        row = int(np.flatnonzero(twice)[0])
-        raise ValueError(f"{path}: row {row}: example_id {frame['example_id'].iloc[row]} is listed twice")
     part = pd.Series(frame["part"].to_numpy(), index=frame["example_id"].astype(np.int64).to_numpy())
     return part.reindex(example_id).fillna("").to_numpy(dtype=object)
 
@@ -327,9 +322,9 @@ class Split:
 
     def __post_init__(self):
         if bool(self.cuts) == bool(self.ids_file):
-            raise ValueError("a split is time cut points or a file of example ids: give exactly one")
+            raise SplitError("a split is time cut points or a file of example ids: give exactly one")
         if self.cuts and len(self.cuts) not in (1, 2):
-            raise ValueError(f"cuts: one or two time cut points, got {list(self.cuts)}")
+            raise SplitError(f"--cut: one or two time cut points, got {len(self.cuts)}")
 
     @classmethod
     def from_options(cls, cuts: list[str] | None = None, ids_file: str | Path | None = None) -> "Split | None":
@@ -356,12 +351,41 @@ class Split:
 
         return "ids=" + hashlib.sha256(Path(self.ids_file).read_bytes()).hexdigest()[:16]
 
+    def evaluated_part(self, asked: str = "") -> str:
+        """The part a training run evaluates: ``asked``, by default "validation" when the
+        split has one, else "test"; never "train" (it would measure nothing)."""
+        if asked == "train":
+            raise SplitError("eval_part: evaluating on the training part would measure nothing")
+        return asked or ("validation" if "validation" in self.names else "test")
+
+    def describe(self, part: str) -> str:
+        """The examples ``part`` holds, in words: its event-time bounds (ISO-8601 UTC), or
+        the file that lists them."""
+        if self.ids_file:
+            return f"the examples {self.ids_file} lists as {part!r}"
+        iso = [dt.datetime.fromtimestamp(c / 1e6, tz=dt.timezone.utc).isoformat() for c in sorted(self.cuts)]
+        names = self.names
+        if part not in names:
+            return (f"a split at {len(iso)} cut point(s) has parts {list(names)} only"
+                    + ("; two --cut give train, validation and test" if len(iso) == 1 else ""))
+        i = names.index(part)
+        lo, hi = (iso[i - 1] if i else None), (iso[i] if i < len(iso) else None)
+        return "event time " + (f"before {hi}" if lo is None else f"from {lo}" if hi is None else f"in [{lo}, {hi})")
+
+    def empty_part(self, part: str, features: str | Path, window: dict | None = None) -> SplitError:
+        """The refusal of a part of this split that holds no example of ``features``."""
+        span = f"; the window is [{window['start']}, {window['end']})" if window else ""
+        way = ": choose cut points inside it" if self.cuts and part in self.names else ""
+        return SplitError(f"{features}: no example in part {part!r} of the split ({self.describe(part)}){span}{way}")
+
     def parts(self, example_id, time_us):
         """object (N,): the part of each example ("" = in no part)."""
         return assign_split(example_id, time_us, cuts=list(self.cuts) or None, ids_file=self.ids_file or None)
 
 
 def _read_ids(path: str | Path):
+    """The split file's rows, checked: readable, columns example_id and part, every part
+    one of SPLIT_PARTS, no example listed twice (SplitError naming the file and row)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such split file (columns example_id, part)")
@@ -373,4 +397,25 @@ def _read_ids(path: str | Path):
 def _read_ids_cached(path: str, mtime_ns: int, size: int):
     import pandas as pd  # a loader asks once per shard: the file is read once while unchanged
 
-    return pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+    rule = f"a split file is Parquet (.parquet) or CSV with columns example_id and part (one of {SPLIT_PARTS})"
+    try:
+        frame = pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SplitError(f"{path}: not readable ({first}); {rule}") from None
+    if not {"example_id", "part"} <= set(frame.columns):
+        raise SplitError(f"{path}: columns {list(frame.columns)}; {rule}")
+    bad = ~frame["part"].isin(SPLIT_PARTS).to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise SplitError(f"{path}: row {row}: field part = {frame['part'].iloc[row]!r}; parts are {SPLIT_PARTS} "
+                         f"({int(bad.sum())} such rows)")
+    try:
+        frame["example_id"] = frame["example_id"].astype(np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise SplitError(f"{path}: column example_id must hold integer example ids") from None
+    twice = frame["example_id"].duplicated().to_numpy()
+    if twice.any():
+        row = int(np.flatnonzero(twice)[0])
+        raise SplitError(f"{path}: row {row}: example_id {frame['example_id'].iloc[row]} is listed twice")
+    return frame

@@ -5,9 +5,10 @@ Each command lives in its stage's own `cli` module, which exposes
 
 Exit codes: 0 done; 2 a user error (a bad option, setting or input, or a workspace another
 run holds: one or two lines on stderr naming it and the rule, the traceback only with
-``--debug`` or ``GEM_DEBUG=1``);
-anything else is the command's own (``data validate`` documents its codes, 1 is a run
-that failed or a bug, with its traceback).
+``--debug`` or ``GEM_DEBUG=1``); 1 a run that failed: a failure of the machine (a full
+disk, the file size limit, a locked or unreachable store) in one line naming the resource
+and what to do, a bug with its traceback; anything else is the command's own (``data
+validate`` documents its codes).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import os
 import sys
 
-from gem.errors import EXIT_USER_ERROR, UserError
+from gem.errors import EXIT_MACHINE, EXIT_USER_ERROR, UserError, machine_failure
 
 # command -> (module defining register(), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -112,7 +113,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except Exception as exc:
-        if debug or not is_user_error(exc):
+        if debug:
             raise
-        print(f"error: {user_error_text(exc)}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        if is_user_error(exc):
+            print(f"error: {user_error_text(exc)}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        failure = machine_failure(exc, where=_output_of(args))
+        if failure is None:
+            raise
+        print(f"error: {failure}", file=sys.stderr)
+        return EXIT_MACHINE
+
+
+def _output_of(args: argparse.Namespace) -> str | None:
+    """Where the command writes (its --out or --workspace), to name in a machine failure."""
+    for name in ("out", "workspace"):
+        value = getattr(args, name, None)
+        if value:
+            return str(value)
+    return None

@@ -36,13 +36,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from gem.data.contract import check_run_inputs
+    from gem.errors import UsageError
     from gem.features.loader import read_manifest
     from gem_app.stages.context import RunContext
     from gem_app.stages.distill import distill, distill_plan
+    from students.protocol import check_windows
 
-    available = read_manifest(args.train)["dataset"]["surfaces"]
+    train, evaluation = read_manifest(args.train), read_manifest(args.eval)  # both finished windows
+    available = train["dataset"]["surfaces"]
     wanted = [s for s in args.surfaces.split(",") if s] or available
     check_run_inputs(None, wanted)  # names that become files and MLflow names: safe, before any work
+    unknown = sorted(set(wanted) - set(available))
+    if unknown:
+        raise UsageError(f"--surfaces: {unknown} not in {args.train}; it has {sorted(available)}")
+    try:
+        check_windows({name: (m["window"]["start"], m["window"]["end"]) for name, m in
+                       (("--train", train), ("--eval", evaluation))})
+    except ValueError as exc:
+        raise UsageError(f"{exc}: the students would be scored on examples they trained on; give an --eval "
+                         "window after the --train one") from None
     jobs = distill_plan("", wanted, available)
     run_id = dt.datetime.now(dt.timezone.utc).strftime("distill-%Y%m%dT%H%M%S%f")
     ctx = RunContext(pipeline_run_id=run_id, tracking_root=str(args.out.resolve()))

@@ -69,6 +69,10 @@ def _run(args: argparse.Namespace) -> int:
     from gem.data.contract import check_run_inputs
 
     check_run_inputs(params["data"], params["surfaces"])  # before any work: a ContractError exits 2
+    if args.cut and params["data"]:
+        from gem.protocol import cut_windows
+
+        cut_windows(params["data"], list(args.cut))  # increasing, inside the data's window: else exit 2 here
     if args.gate:
         from gem_app.promotion import GateConfig
 
@@ -118,8 +122,19 @@ def _run(args: argparse.Namespace) -> int:
     print((workspace / "summary.md").read_text())
     print(f"pipeline finished in {seconds:.0f} s; summary: {workspace / 'summary.json'}")
     print(f"open the results:  .venv/bin/mlflow ui --backend-store-uri sqlite:///{workspace / 'mlflow.db'}")
+    print(f"then the runs:     {_runs_link(workspace)}")
     (workspace / "run.json").write_text(json.dumps({"seconds": seconds, "params": params}, indent=2))
     return 0
+
+
+def _runs_link(workspace: Path) -> str:
+    """The pipeline experiment's runs in the UI's model-training view."""
+    import mlflow
+
+    from gem import registry, tracking
+
+    tracking.configure(workspace, experiment=registry.EXPERIMENT)
+    return tracking.ui_link(mlflow.get_experiment_by_name(registry.EXPERIMENT).experiment_id)
 
 
 def _compile(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from pathlib import Path
 from gem.data.batch import FeatureSpec
 from gem.data.contract import EVENT_TYPES, MANIFEST, TASKS, DatasetHandle, Manifest, parse_utc
 from gem.data.profile import daily_counts, profile_dataset
+from gem.errors import MachineError, machine_failure
 from gem.features.config import FeaturesConfig
 from gem.features.counters import COUNTER_FEATURES, GLOBAL, KINDS
 from gem.features.feast_repo import apply, copy_repo, resolve_repo
@@ -52,7 +53,8 @@ from gem.features.staging import group_days
 from gem.features.storage import dir_bytes, dir_digest, dumps, file_digest, write_json_atomic
 from gem.features.validation import checked_dataset
 from gem.features.vocab import VOCAB_DIR, VOCAB_NAMES, Vocabularies, build_vocabularies
-from gem.utils.outputs import claim_output, json_format
+from gem.protocol import WindowError
+from gem.utils.outputs import MARKER, claim_output, json_format, owner
 from gem.utils.pool import process_pool
 from gem.utils.progress import warning
 
@@ -87,9 +89,12 @@ def feature_spec(vocab: Vocabularies, max_seq_len: int, surfaces: list[str], tas
 
 
 def prepare_build(data_dir: str | Path | DatasetHandle, out_dir: str | Path, cfg: FeaturesConfig, *,
-                  window_start: str | None = None, window_end: str | None = None) -> BuildPlan:
+                  window_start: str | None = None, window_end: str | None = None,
+                  allow_empty: bool = False) -> BuildPlan:
     """Stage the window's inputs (see the module doc). ``data_dir``: a path, or the
-    stage's DatasetHandle (its manifest and digests are then not read again)."""
+    stage's DatasetHandle (its manifest and digests are then not read again). A window
+    without any event is refused here, before any work (WindowError naming its bounds),
+    unless ``allow_empty``."""
     cfg.check()
     dataset = DatasetHandle.open(data_dir)
     data_dir, out_dir, manifest = dataset.root, Path(out_dir).resolve(), dataset.manifest
@@ -103,11 +108,15 @@ def prepare_build(data_dir: str | Path | DatasetHandle, out_dir: str | Path, cfg
     start = parse_utc(window_start) if window_start else manifest.start
     end = parse_utc(window_end) if window_end else manifest.end
     if start >= end:
-        raise ValueError(f"window start {start.isoformat()} must be before its end {end.isoformat()}")
+        raise WindowError(f"window start {start.isoformat()} must be before its end {end.isoformat()}")
     start_us, end_us = to_us(start), to_us(end)
     history_days = [d for d in dataset_days(data_dir) if day_start_us(d) < end_us]
     # events per day from the dataset's cached daily counts (read once per dataset, not per build)
     by_day = daily_counts(dataset).events_by_day()
+    if not allow_empty and not any(by_day.get(d, 0) for d in window_days(start_us, end_us)):
+        raise WindowError(f"{dataset.root}: the features window [{start.isoformat()}, {end.isoformat()}) holds no "
+                          f"event (the data's window is [{manifest.window_start}, {manifest.window_end})); choose "
+                          "--start/--end inside it, or pass --allow-empty to build an empty window")
     sizes = {d: by_day.get(d, 0) for d in history_days}
     events = sum(sizes.values())
     example_days, period_days = shard_periods(window_days(start_us, end_us), sizes, days_per_shard=cfg.days_per_shard,
@@ -157,6 +166,20 @@ def prepare_build(data_dir: str | Path | DatasetHandle, out_dir: str | Path, cfg
     return plan
 
 
+def _discard_unfinished(out: Path, *, created: bool) -> str:
+    """Remove a build the machine stopped: the folder when this build created it, else its
+    contents but the ownership marker. Says what it did."""
+    if owner(out) != OUTPUT_KIND or (out / MANIFEST).exists():
+        return f"{out} left as it was"  # not this build's (the claim failed), or finished
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+        return f"its unfinished folder {out} was removed"
+    for entry in out.iterdir():
+        if entry.name != MARKER:
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    return f"the unfinished contents of {out} were removed"
+
+
 def _counter_groups(cfg: FeaturesConfig, events: int) -> list[list[str]]:
     """The counter jobs: every key kind in one job in a one-process build (each job reads
     the staged rows once), else the kinds spread over the workers."""
@@ -187,8 +210,11 @@ def _workers(cfg: FeaturesConfig, jobs: int, events: int | None = None) -> int:
     return max(1, min(cfg.workers or os.cpu_count() or 1, jobs))
 
 
-def finalize_build(plan: BuildPlan, cfg: FeaturesConfig, *, previous_report: str | Path | None = None) -> dict:
-    """Check every shard exists, drop stale ones, write report.json then manifest.json."""
+def finalize_build(plan: BuildPlan, cfg: FeaturesConfig, *, previous_report: str | Path | None = None,
+                   allow_empty: bool = False) -> dict:
+    """Check every shard exists, drop stale ones, write report.json then manifest.json.
+    A window of no example is refused (WindowError naming its bounds; no manifest is
+    written) unless ``allow_empty``."""
     out = Path(plan.out_dir)
     keys = list_shards(plan)
     names = {k.name for k in keys}
@@ -209,8 +235,12 @@ def finalize_build(plan: BuildPlan, cfg: FeaturesConfig, *, previous_report: str
     report["warnings"] = report_warnings(report, plan.data_warnings)
     for text in report["warnings"]:
         warning(f"features report: {text}")
-    write_json_atomic(report, out / REPORT_FILE)
     manifest = _manifest(plan, cfg, spec, keys, stats, window)
+    if not allow_empty and not manifest["counts"]["examples"]:
+        raise WindowError(f"{plan.data_dir}: the features window [{plan.window_start}, {plan.window_end}) holds no "
+                          "example (events, but no impression to predict); choose another window, or pass "
+                          "--allow-empty to build an empty one")
+    write_json_atomic(report, out / REPORT_FILE)
     write_json_atomic(manifest, out / MANIFEST)
     if not cfg.keep_work:
         shutil.rmtree(plan.work_dir, ignore_errors=True)
@@ -264,17 +294,31 @@ def _manifest(plan, cfg, spec, keys, stats, window) -> dict:
 
 def build_features(data_dir: str | Path, out_dir: str | Path, cfg: FeaturesConfig | None = None, *,
                    window_start: str | None = None, window_end: str | None = None,
-                   previous_report: str | Path | None = None) -> dict:
-    """Build every shard of the window into ``out_dir``; returns the features manifest."""
+                   previous_report: str | Path | None = None, allow_empty: bool = False) -> dict:
+    """Build every shard of the window into ``out_dir``; returns the features manifest.
+    A window without events or examples is refused unless ``allow_empty``. When the
+    machine fails the build (a full disk, the file size limit), its unfinished files are
+    removed and MachineError names the resource."""
     cfg = cfg or FeaturesConfig()
     started = time.perf_counter()
-    plan = prepare_build(data_dir, out_dir, cfg, window_start=window_start, window_end=window_end)
-    keys = list_shards(plan)
-    with process_pool(_workers(cfg, len(keys))) as pool:
-        for i, _ in enumerate(pool.map(shard_job, [(plan, k) for k in keys]), 1):
-            if i % max(1, len(keys) // 10) == 0 or i == len(keys):
-                log.info("features: %d/%d shards (%.1fs)", i, len(keys), time.perf_counter() - started)
-    manifest = finalize_build(plan, cfg, previous_report=previous_report)
+    if previous_report:
+        read_report(previous_report)  # a missing one is refused before any work
+    existed = Path(out_dir).exists()
+    try:
+        plan = prepare_build(data_dir, out_dir, cfg, window_start=window_start, window_end=window_end,
+                             allow_empty=allow_empty)
+        keys = list_shards(plan)
+        with process_pool(_workers(cfg, len(keys))) as pool:
+            for i, _ in enumerate(pool.map(shard_job, [(plan, k) for k in keys]), 1):
+                if i % max(1, len(keys) // 10) == 0 or i == len(keys):
+                    log.info("features: %d/%d shards (%.1fs)", i, len(keys), time.perf_counter() - started)
+        manifest = finalize_build(plan, cfg, previous_report=previous_report, allow_empty=allow_empty)
+    except Exception as exc:
+        failure = machine_failure(exc, where=str(out_dir))
+        if failure is None:
+            raise
+        removed = _discard_unfinished(Path(out_dir), created=not existed)
+        raise MachineError(f"features build stopped: {failure} ({removed})") from exc
     log.info("features: %d examples in %d shards, %.1f bytes/example, %.1fs", manifest["counts"]["examples"],
              len(keys), manifest["bytes"]["per_example"], time.perf_counter() - started)
     return manifest

@@ -20,6 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--start", type=iso_time, help="window start, ISO-8601 UTC (default: the dataset's)")
     build.add_argument("--end", type=iso_time, help="window end, exclusive (default: the dataset's)")
     build.add_argument("--previous", type=Path, help="an earlier features dir or report.json, for drift")
+    build.add_argument("--allow-empty", action="store_true",
+                       help="build a window without any example instead of refusing it (exit 2)")
     _config_args(build)
     build.set_defaults(func=_build)
 
@@ -61,7 +63,7 @@ def _build(args: argparse.Namespace) -> int:
     keep_freed_memory()
     try:
         manifest = build_features(args.data, args.out, _load_cfg(args), window_start=args.start,
-                                  window_end=args.end, previous_report=args.previous)
+                                  window_end=args.end, previous_report=args.previous, allow_empty=args.allow_empty)
     except (DatasetRejected, ContractError, OutputFolderError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

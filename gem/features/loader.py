@@ -47,6 +47,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from gem.data.batch import Batch, FeatureSpec
 from gem.data.contract import MANIFEST
+from gem.errors import UserError
 from gem.features.config import SHARD_ORDERS
 from gem.features.counters import COUNT_COLUMNS, COUNTER_FEATURES, COUNTER_PREFIX, counter_features
 from gem.features.jagged import ragged_arange
@@ -73,16 +74,26 @@ STATE_KEYS = ("seed", "batch_size", "num_workers", "shuffle", "shard_order", "dr
               "split")
 
 
+class NotAFeaturesWindow(UserError, ValueError):
+    """A folder given as a features window that is not a finished build this code reads."""
+
+
 def read_manifest(features_dir: str | Path) -> dict:
     path = Path(features_dir) / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; not a finished features build (run `gem features build`)")
-    manifest = json.loads(path.read_text())
-    if not str(manifest.get("format", "")).startswith("gem-features/"):
-        raise ValueError(f"{path}: not a features manifest (format {manifest.get('format')!r})")
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise NotAFeaturesWindow(f"{path}: not valid JSON ({exc}); rebuild the features (`gem features build`)") \
+            from None
+    if not isinstance(manifest, dict) or not str(manifest.get("format", "")).startswith("gem-features/"):
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise NotAFeaturesWindow(f"{path}: not a features manifest (format {found!r}): give a folder written by "
+                                 "`gem features build`, not a dataset")
     if manifest["format"] != FORMAT:
-        raise ValueError(f"{path}: features format {manifest['format']!r}, this code reads {FORMAT!r}; "
-                         "rebuild the features (`gem features build`)")
+        raise NotAFeaturesWindow(f"{path}: features format {manifest['format']!r}, this code reads {FORMAT!r}; "
+                                 "rebuild the features (`gem features build`)")
     return manifest
 
 

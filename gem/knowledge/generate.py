@@ -39,7 +39,7 @@ from gem.features.storage import atomic_dir, write_json_atomic, write_parquet
 from gem.knowledge.config import KnowledgeConfig
 from gem.knowledge.teacher import Teacher, load_teacher, teacher_outputs
 from gem.knowledge.windows import example_keys, select_shards, window_bounds
-from gem.protocol import Split
+from gem.protocol import Split, WindowError
 from gem.utils.outputs import check_output, json_format, write_marker
 
 log = logging.getLogger(__name__)
@@ -173,11 +173,13 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
                  legacy=json_format(MANIFEST, "gem-knowledge/"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    teacher = model if isinstance(model, Teacher) else load_teacher(model, tracking_uri)
     shards = select_shards(features_dir, start, end) if shards is None else list(shards)
-    if not shards:
-        raise ValueError(f"{features_dir}: no shard has a day in [{start}, {end})")
     w_start, w_end = window_bounds(features_dir, start, end)
+    if not shards or parse_utc(w_start) >= parse_utc(w_end):  # before the teacher is loaded
+        window = read_manifest(features_dir)["window"]
+        raise WindowError(f"{features_dir}: no example in [{start or window['start']}, {end or window['end']}): the "
+                          f"window is [{window['start']}, {window['end']}); choose --start/--end inside it")
+    teacher = model if isinstance(model, Teacher) else load_teacher(model, tracking_uri)
     loader = FeatureLoader(features_dir, batch_size=cfg.batch_size, shuffle=False, shards=shards,
                            **_narrowed(features_dir, w_start, w_end))
     _check_spec(teacher, loader)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from pathlib import Path
 
 from gem.config import iso_time
 from gem.errors import UsageError
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from gem.protocol import Split
 
     split = Split.from_options(args.cut, args.split_file)
+    check_inputs(args, split)  # before the model, the MLflow run, the sharding plan
     if cfg.engine == "lightning":
         from gem.training.lightning_module import train_lightning
 
@@ -82,3 +84,27 @@ def run(args: argparse.Namespace) -> int:
                **{k: v for k, v in result.eval_metrics.items() if "/all/" in k}}
     print(json.dumps(summary, indent=1, sort_keys=True, default=str))
     return 0
+
+
+def check_inputs(args: argparse.Namespace, split) -> None:
+    """The run's inputs, refused (exit 2) before any work: each features window a
+    finished build, a local --init-from there, and each part of an explicit split the run
+    reads holding examples (the selection is cached: training reads it again for free)."""
+    from gem.training.data import SYNTHETIC_PREFIX
+
+    if args.init_from and ":/" not in args.init_from and not Path(args.init_from).exists():
+        raise UsageError(f"--init-from {args.init_from}: no such folder, and not a runs:/ or models:/ URI")
+    if args.features.startswith(SYNTHETIC_PREFIX):
+        return
+    from gem.features.loader import FeatureLoader, read_manifest
+
+    read_manifest(args.features)
+    if args.eval_features:
+        read_manifest(args.eval_features)
+    if split is None:
+        return
+    for features, part in ((args.features, "train"), (args.eval_features or args.features,
+                                                       split.evaluated_part(args.eval_part))):
+        loader = FeatureLoader(features, batch_size=1, split=split, part=part)
+        if not loader.num_examples:
+            raise split.empty_part(part, features, loader.manifest.get("window"))

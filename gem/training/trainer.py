@@ -88,7 +88,7 @@ def make_loader(features: str, cfg: TrainConfig, *, train: bool, split: Split | 
                            num_workers=cfg.num_workers, drop_last=train, shard_order=cfg.shard_order,
                            split=split, part=part)
     if split is not None and not loader.num_examples:
-        raise ValueError(f"{features}: no example in part {part!r} of the split ({split.key})")
+        raise split.empty_part(part, features, loader.manifest.get("window"))
     return loader
 
 
@@ -99,10 +99,7 @@ def split_parts(split: Split | None, features: str, eval_features: str | None,
     (default: the training window itself)."""
     if split is None:
         return eval_features, ""
-    part = eval_part or ("validation" if "validation" in split.names else "test")
-    if part == "train":
-        raise ValueError("eval_part: evaluating on the training part would measure nothing")
-    return eval_features or features, part
+    return eval_features or features, split.evaluated_part(eval_part)
 
 
 def check_trainable(cfg: TrainConfig, loader, features: str) -> None:

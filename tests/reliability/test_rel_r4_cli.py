@@ -1,10 +1,13 @@
-"""Issue 42 (reliability round 4), cases 5-8: malformed and late day folders, the refresh
-scheduler, the exit code of "already running". Each test fails when its fix is removed (see cases_r4_cli.py)."""
+"""Issue 42 (reliability round 4), cases 2 and 5-9: empty outputs, malformed and late day
+folders, the refresh scheduler, the exit code of "already running", and the machine
+failing a features build. Each test fails when its fix is removed (see cases_r4_cli.py)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
+import os
 import re
 import shutil
 import signal
@@ -45,6 +48,49 @@ def _refused(capsys, *names: str) -> str:
 def _copy(dataset: Path, dest: Path) -> Path:
     shutil.copytree(dataset, dest, ignore=shutil.ignore_patterns(".*"))
     return dest
+
+
+# -- case 2: nothing that produces results exits 0 with none ------------------------------
+
+
+@pytest.mark.parametrize("cuts, part, names", [
+    (["2030-01-01T00:00"], "test", ["part 'test'", "event time from 2030-01-01T00:00:00+00:00",
+                                    "the window is [2026-01-01"]),
+    (["2026-01-03T00:00"], "validation", ["part 'validation'", "parts ['train', 'test'] only"]),
+], ids=["part-after-the-window", "validation-with-one-cut"])
+def test_score_refuses_an_empty_part_naming_it_and_its_bounds(tiny_features, tiny_teacher, tmp_path, capsys,
+                                                             cuts, part, names):
+    """Case 2: `score --cut 2030-01-01T00:00 --part test` printed `scored 0 examples`,
+    wrote an empty Parquet and exited 0 (also `--part validation` with one cut)."""
+    out = tmp_path / "preds.parquet"
+    args = ["score", "--model", str(tiny_teacher / "model"), "--features", str(tiny_features), "--out", str(out),
+            *[a for c in cuts for a in ("--cut", c)], "--part", part]
+    assert main(args) == 2
+    _refused(capsys, str(tiny_features), *names)
+    assert not out.exists()
+
+
+def test_an_empty_result_is_written_only_when_asked_for(tiny_features, tiny_teacher, tmp_path, capsys):
+    import pandas as pd
+
+    out = tmp_path / "preds.parquet"
+    assert main(["score", "--model", str(tiny_teacher / "model"), "--features", str(tiny_features), "--out", str(out),
+                 "--cut", "2030-01-01T00:00", "--part", "test", "--allow-empty"]) == 0
+    assert "scored 0 examples" in capsys.readouterr().out and len(pd.read_parquet(out)) == 0
+
+
+def test_an_empty_features_window_and_an_empty_training_part_are_refused(tiny_dataset, tiny_features, tmp_path,
+                                                                         capsys):
+    """Item 2 applied to features windows and to train's split: a window without any
+    event built 0 examples with exit 0; a training part without examples was a traceback."""
+    out = tmp_path / "features"
+    assert main(["features", "build", str(tiny_dataset), str(out), "--preset", "tiny", "--start", "2030-01-01",
+                 "--end", "2030-01-02"]) == 2
+    _refused(capsys, "[2030-01-01T00:00:00+00:00, 2030-01-02T00:00:00+00:00) holds no event", "--allow-empty")
+    assert not (out / "manifest.json").exists()
+    assert main(["train", "--features", str(tiny_features), "--out", str(tmp_path / "run"), "--cut", "2030-01-01",
+                 "--set", "max_steps=1"]) == 2
+    _refused(capsys, "no example in part 'test' of the split", "from 2030-01-01T00:00:00+00:00")
 
 
 # -- cases 5 and 6: a malformed day folder, a day past the manifest's window_end ---------
@@ -174,3 +220,95 @@ def test_already_running_exits_2_in_pipeline_and_refresh_as_the_readme_says(tiny
     finally:
         release.set()
         holder.join(30)
+
+
+# -- case 9: the machine fails a features build -------------------------------------------
+
+
+def _file_size_limit(limit: int):
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_the_file_size_limit_in_a_features_build_is_one_line_and_leaves_nothing(tiny_dataset, tmp_path):
+    """Case 9: `ulimit -f` reached during a features build: a 47-line traceback ending
+    `OSError: [Errno 27] File too large`, a partial folder left behind."""
+    out = tmp_path / "features"
+    result = subprocess.run([sys.executable, "-m", "gem", "features", "build", str(tiny_dataset), str(out),
+                             "--preset", "tiny"], cwd=REPO, capture_output=True, text=True,
+                            preexec_fn=_file_size_limit(40 * 1024), timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: features build stopped:") and "ulimit -f: 40,960 bytes" in last, last
+    assert f"its unfinished folder {out} was removed" in last
+    assert not out.exists()
+
+
+def test_a_full_disk_in_a_rebuild_empties_the_folder_and_names_the_disk(tiny_dataset, tmp_path, capsys,
+                                                                       monkeypatch):
+    """Case 9, the disk full half-way through the shards of a rebuild: no earlier build's
+    manifest nor any half-written shard is left for a rerun to trust."""
+    import gem.features.shards as shards
+    from gem.features.build import build_features
+    from gem.utils.outputs import MARKER
+    from tests.features.conftest import tiny_cfg
+
+    out = tmp_path / "features"
+    build_features(tiny_dataset, out, tiny_cfg(max_seq_len=8, num_buckets=1))
+    assert (out / "manifest.json").is_file()
+    written = []
+
+    def full(table, path, *args, **kwargs):
+        if written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        written.append(path)
+        return real(table, path, *args, **kwargs)
+
+    real = shards.write_parquet
+    monkeypatch.setattr(shards, "write_parquet", full)
+    assert main(["features", "build", str(tiny_dataset), str(out), "--preset", "tiny", "--set", "max_seq_len=8",
+                 "--set", "num_buckets=1"]) == 1
+    err = _refused(capsys, "no space left on the device", "MiB free there", "free space on that disk",
+                   f"the unfinished contents of {out} were removed")
+    assert "shards" in err  # the file it was writing
+    assert sorted(p.name for p in out.iterdir()) == [MARKER]
+    monkeypatch.setattr(shards, "write_parquet", real)
+    assert main(["features", "build", str(tiny_dataset), str(out), "--preset", "tiny", "--set", "max_seq_len=8",
+                 "--set", "num_buckets=1"]) == 0  # the rerun builds it whole
+    assert (out / "manifest.json").is_file()
+
+
+def test_a_locked_or_unreachable_store_is_one_line_naming_it_exit_1(tmp_path, capsys, monkeypatch):
+    """Item 5's machine failures beyond the disk: a SQLite store locked by another process,
+    a tracking server that does not answer (gem.tracking names it), a full disk under a
+    library's own error; a bug keeps its traceback."""
+    import sqlite3
+
+    import gem.data.simulate as simulate
+    from gem.errors import machine_failure
+    from gem.tracking import TrackingUnavailable
+
+    def locked(*args, **kwargs):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(simulate, "simulate", locked)
+    assert main(["data", "simulate", "--out", str(tmp_path / "d"), "--preset", "tiny"]) == 1
+    _refused(capsys, "SQLite store is locked by another process", "wait for it to finish")
+    unreachable = TrackingUnavailable("MLflow tracking server http://***@h:1 unreachable after 3 attempts; check it")
+    assert machine_failure(unreachable) == str(unreachable)
+    try:
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as exc:
+            raise RuntimeError("writing the checkpoint failed") from exc
+    except RuntimeError as wrapped:
+        assert "no space left on the device" in machine_failure(wrapped, where=str(tmp_path))
+    assert machine_failure(ValueError("a bug")) is None
+    monkeypatch.setattr(simulate, "simulate", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        main(["data", "simulate", "--out", str(tmp_path / "d"), "--preset", "tiny"])
