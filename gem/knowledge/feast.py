@@ -83,27 +83,67 @@ def _stack(values: pd.Series, dim: int) -> np.ndarray:
     return out
 
 
+def knowledge_tags(repo_dir: str | Path, names: tuple[str, ...] | None = None) -> dict:
+    """The lineage tags of the repo's teacher_* sources (``names``: of SOURCE_FILES' keys,
+    default all), read from those columns only: ``{"teacher_versions", "teacher_digests",
+    "vocab_digests", "window": [start, end], "tables", "unrecorded"}`` (distinct values,
+    sorted; ``tables``: the sources present; ``unrecorded``: those written before the
+    teacher and vocabulary digests were tagged)."""
+    data = Path(repo_dir) / "data"
+    found: dict[str, set] = {c: set() for c in ("teacher_version", "teacher_digest", "vocab_digest", "window_start",
+                                                "window_end")}
+    tables, unrecorded = [], []
+    for name in sorted(names or SOURCE_FILES):
+        path = data / SOURCE_FILES[name]
+        if not path.is_file():
+            continue
+        tables.append(SOURCE_FILES[name])
+        parquet = pq.ParquetFile(path)
+        present = [c for c in found if c in parquet.schema_arrow.names]
+        if not {"teacher_digest", "vocab_digest"} <= set(present):
+            unrecorded.append(SOURCE_FILES[name])
+        for c in present:
+            found[c] |= _distinct(parquet, c)
+    window = [min(found["window_start"]), max(found["window_end"])] if found["window_start"] and \
+        found["window_end"] else []
+    return {"teacher_versions": sorted(found["teacher_version"]), "teacher_digests": sorted(found["teacher_digest"]),
+            "vocab_digests": sorted(found["vocab_digest"]), "window": window, "tables": tables,
+            "unrecorded": unrecorded}
+
+
+def _distinct(parquet: pq.ParquetFile, column: str) -> set:
+    """A tag column's distinct non-empty values: from the row groups' statistics when each
+    holds one value (a tag is constant per knowledge window: no row is read, so a check
+    before every scoring call costs as little on a store of millions of rows), else read."""
+    md = parquet.metadata
+    leaf = next(i for i in range(md.num_columns) if md.schema.column(i).path == column)
+    values = set()
+    for group in range(md.num_row_groups):
+        stats = md.row_group(group).column(leaf).statistics
+        if stats is None or not stats.has_min_max or stats.min != stats.max or stats.null_count:
+            return {v for v in parquet.read(columns=[column]).column(0).unique().to_pylist() if v}
+        values.add(stats.min)
+    return {v.decode() if isinstance(v, bytes) else v for v in values if v}
+
+
 def registered_knowledge(repo_dir: str | Path) -> dict:
-    """What a repo holds: ``{"digest", "window": [start, end], "teacher_versions"}`` over
-    its teacher_* sources (a student's reuse key and lineage: another teacher's or another
-    window's knowledge is another input)."""
+    """What a repo holds: ``{"digest", "window": [start, end], "teacher_versions",
+    "teacher_digests", "vocab_digests"}`` over its teacher_* sources (a student's reuse
+    key and lineage: another teacher's or another window's knowledge is another input;
+    see ``knowledge_tags``)."""
     import hashlib
 
     from gem.utils.digest import file_digest
 
     data = Path(repo_dir) / "data"
-    digest, starts, ends, versions = hashlib.sha256(), [], [], set()
+    digest = hashlib.sha256()
     for name in sorted(SOURCE_FILES.values()):
         path = data / name
-        if not path.is_file():
-            continue
-        digest.update(f"{name}:{file_digest(path)};".encode())
-        tags = pq.read_table(path, columns=["teacher_version", "window_start", "window_end"])
-        starts += [v for v in tags.column("window_start").unique().to_pylist() if v]
-        ends += [v for v in tags.column("window_end").unique().to_pylist() if v]
-        versions |= {v for v in tags.column("teacher_version").unique().to_pylist() if v}
-    window = [min(starts), max(ends)] if starts and ends else []
-    return {"digest": digest.hexdigest(), "window": window, "teacher_versions": sorted(versions)}
+        if path.is_file():
+            digest.update(f"{name}:{file_digest(path)};".encode())
+    tags = knowledge_tags(repo_dir)
+    return {"digest": digest.hexdigest(), **{k: tags[k] for k in ("window", "teacher_versions", "teacher_digests",
+                                                                   "vocab_digests")}}
 
 
 def source_dim(repo_dir: str | Path, column: str) -> int:

@@ -10,12 +10,15 @@ refused, never emptied.
     OUT/predictions.parquet     one row per impression: example_id, user_id, item_id (raw
                                 ids), surface, event_timestamp, teacher_logit_{click,conversion}
                                 (own surface), teacher_logit_<surface>_<task> (every surface),
-                                teacher_version, window_start, window_end
+                                tags: teacher_version, window_start, window_end,
+                                teacher_digest (sha256 of its weights), vocab_digest
+                                (its vocabularies: students check both, students/lineage.py)
     OUT/user_embedding.parquet  user_id, event_timestamp (the impression's), teacher_user_embedding
                                 (E floats), tags
     OUT/item_embedding.parquet  item_id, event_timestamp (= window start: the item tower reads
                                 item attributes only), teacher_item_embedding (E floats), tags
-    OUT/knowledge.json          teacher uri/version, window, counts, examples/s, schema
+    OUT/knowledge.json          teacher uri/version/digest, vocab_digest, window, counts,
+                                examples/s, schema
 
 Logits are GEM's joint logits (column 1 is p(click and conversion)), see gem.model.heads.
 """
@@ -64,7 +67,17 @@ def surface_columns(surfaces, tasks) -> tuple[str, ...]:
 # vocabulary); a table always carries them, NaN where the data has no such surface or task
 OWN_COLUMNS = own_columns(TASKS)
 SURFACE_COLUMNS = surface_columns(SURFACES, TASKS)
-TAG_COLUMNS = ("teacher_version", "window_start", "window_end")
+# every row's lineage: the teacher's version, its weights' digest (the teacher itself: a
+# version name like models:/gem_teacher/1 repeats in every store) and its vocabularies'
+# digest (the dataset its ids come from), and the window; students record and check them
+TAG_COLUMNS = ("teacher_version", "window_start", "window_end", "teacher_digest", "vocab_digest")
+
+
+def knowledge_vocab_digest(digests: dict[str, str]) -> str:
+    """The ``vocab_digest`` tag: gem.features.vocab.vocabulary_digest, "" when not recorded."""
+    from gem.features.vocab import vocabulary_digest
+
+    return vocabulary_digest(digests) if digests else ""
 
 
 def _check_spec(teacher: Teacher, loader: FeatureLoader) -> None:
@@ -183,7 +196,8 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
     loader = FeatureLoader(features_dir, batch_size=cfg.batch_size, shuffle=False, shards=shards,
                            **_narrowed(features_dir, w_start, w_end))
     _check_spec(teacher, loader)
-    tags = {"teacher_version": teacher.version, "window_start": w_start, "window_end": w_end}
+    tags = {"teacher_version": teacher.version, "window_start": w_start, "window_end": w_end,
+            "teacher_digest": teacher.digest, "vocab_digest": knowledge_vocab_digest(teacher.spec.vocab_digests)}
     started = time.perf_counter()
     out = run_teacher(teacher, loader, cfg.precision)
     seconds = time.perf_counter() - started
@@ -194,7 +208,8 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
     n = tables[PREDICTIONS].num_rows
     manifest = {
         "format": FORMAT, "teacher_uri": str(teacher.uri), "teacher_version": teacher.version,
-        "teacher_run_id": teacher.run_id, "window": {"start": w_start, "end": w_end},
+        "teacher_run_id": teacher.run_id, "teacher_digest": teacher.digest, "vocab_digest": tags["vocab_digest"],
+        "window": {"start": w_start, "end": w_end},
         "features": {"dir": str(Path(features_dir).resolve()), "digest": read_manifest(features_dir)["digest"],
                      "shards": shards},
         "counts": {"examples": n, **{name: t.num_rows for name, t in tables.items()}},

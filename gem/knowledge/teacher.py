@@ -26,6 +26,7 @@ class Teacher:
     uri: str
     version: str
     run_id: str = ""
+    digest: str = ""  # sha256 of its weights: the teacher itself, whatever registry or folder holds it
 
     @property
     def spec(self) -> FeatureSpec:
@@ -38,7 +39,7 @@ def load_teacher(uri: str | Path, tracking_uri: str | None = None) -> Teacher:
     from gem.model.store import load_model
 
     stored = load_model(uri, tracking_uri)
-    return Teacher(stored.model, str(uri), stored.version, stored.run_id)
+    return Teacher(stored.model, str(uri), stored.version, stored.run_id, stored.digest)
 
 
 def teacher_outputs(model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

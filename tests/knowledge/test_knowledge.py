@@ -33,9 +33,16 @@ def test_schema_counts_and_tags(world):
     assert manifest["counts"]["examples"] == len(predictions) == n > 0
     assert manifest["teacher_version"] == f"models:/{TEACHER_NAME}/1"
     expected = ["example_id", "user_id", "item_id", "surface", "event_timestamp", *OWN_COLUMNS,
-                *SURFACE_COLUMNS, "teacher_version", "window_start", "window_end"]
+                *SURFACE_COLUMNS, "teacher_version", "window_start", "window_end", "teacher_digest", "vocab_digest"]
     assert list(predictions.columns) == expected
     assert set(predictions["teacher_version"]) == {f"models:/{TEACHER_NAME}/1"}
+    # the teacher itself (its weights) and its vocabularies: what a student checks (students/lineage.py)
+    from gem.features.loader import load_feature_spec
+    from gem.features.vocab import vocabulary_digest
+
+    assert set(predictions["teacher_digest"]) == {manifest["teacher_digest"]} and len(manifest["teacher_digest"]) == 64
+    assert set(predictions["vocab_digest"]) == {vocabulary_digest(load_feature_spec(world.features["student"])
+                                                                  .vocab_digests)} == {manifest["vocab_digest"]}
     lo, hi = WINDOWS["student"]
     assert predictions["window_start"].iloc[0].startswith(lo) and predictions["window_end"].iloc[0].startswith(hi)
     assert predictions["example_id"].is_unique
