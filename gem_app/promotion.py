@@ -364,16 +364,23 @@ def teacher_failure(teacher_version: str, staged_teacher: "GateDecision | None" 
 
 
 def decide_paired(model_name: str, challenger_version: str, holdouts: dict[str, Holdout], cfg: GateConfig, *,
-                  teacher_version: str = "", staged_teacher: GateDecision | None = None) -> GateDecision:
+                  teacher_version: str = "", staged_teacher: GateDecision | None = None,
+                  champion_unavailable: str = "") -> GateDecision:
     """The students' gate, without side effects (the champion's predictions are used
-    only when the model has a champion)."""
+    only when the model has a champion). ``champion_unavailable``: why the champion could
+    not be scored on this holdout (it reads an earlier teacher's embeddings, which no
+    store holds any more: it could not be served from this run's knowledge either); it
+    is then not compared, and the reason says so."""
     current = champion_version(model_name)
     already = current == str(challenger_version)
-    _, verdicts = compare_paired(holdouts, cfg, has_champion=bool(current) and not already)
+    compared = bool(current) and not already and not champion_unavailable
+    _, verdicts = compare_paired(holdouts, cfg, has_champion=compared)
     model_fails = []
     if cfg.require_champion_teacher and (why := teacher_failure(teacher_version, staged_teacher)):
         model_fails.append(why)
     outcome, reason = _model_outcome(verdicts, model_fails, cfg)
+    if current and not already and champion_unavailable:
+        reason = f"{reason}; champion v{current} not compared: {champion_unavailable}"
     if already:
         outcome, reason = PROMOTE, f"already the champion (kept as it is); {reason}"
     return _offer(GateDecision(model_name, str(challenger_version), current, outcome, reason, verdicts,

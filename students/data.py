@@ -7,7 +7,7 @@ S surfaces, T = 2 tasks, E teacher embedding width (user + item).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,9 @@ class StudentTable:
     teacher_all: torch.Tensor | None = None  # float32 (N, S, T)
     teacher_emb: torch.Tensor | None = None  # float32 (N, E)
     teacher_version: str = ""
+    # the Feast store's knowledge lineage (students/lineage.py knowledge_record): what a
+    # student trained on these rows records
+    knowledge: dict = field(default_factory=dict)
     # [start_us, end_us) of the time window the rows were cut from (the features build's
     # window, or a split of it): the adapter's "newest periods" end at end_us
     window_us: tuple[int, int] | None = None
@@ -138,17 +141,21 @@ def keys_frame(table: StudentTable):
 
 
 def attach_knowledge(table: StudentTable, repo_dir: str | Path, *, predictions: bool = True,
-                     embeddings: bool = True, refresh_every: str = "1d") -> StudentTable:
+                     embeddings: bool = True, refresh_every: str = "1d", lineage: bool = True) -> StudentTable:
     """The table with the teacher's knowledge from the Feast repo (point-in-time). Rows
     the teacher never scored keep NaN logits (the losses skip them). Embeddings are read
     as of the last materialization before each impression (``refresh_every``, the
-    knowledge cadence; ``"impression"``: the row just before it, an upper bound)."""
+    knowledge cadence; ``"impression"``: the row just before it, an upper bound).
+    ``lineage``: note the store's knowledge lineage on the table (``knowledge``, what a
+    student trained on it records; its content digest reads the knowledge tables whole,
+    so scoring, which only checks it, leaves it out)."""
     from gem.knowledge.feast import historical_knowledge
     from students.config import refresh_interval
+    from students.lineage import knowledge_record
 
     frame = historical_knowledge(repo_dir, keys_frame(table), predictions=predictions, embeddings=embeddings,
                                  refresh_every=refresh_interval(refresh_every))
-    out = replace(table)
+    out = replace(table, knowledge=knowledge_record(repo_dir) if lineage else {})
     if predictions:
         surfaces, tasks = table.surfaces, table.tasks
         # columns the Feast view does not declare (a surface outside its fixed vocabulary) read as unknown (NaN)

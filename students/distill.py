@@ -61,7 +61,7 @@ def build_student(cfg: StudentModelConfig, spec, table: StudentTable, *, represe
     torch.manual_seed(seed)
     emb_dim = int(table.teacher_emb.shape[1]) if representation else 0
     model = VerticalStudent(cfg, cardinalities(spec, cfg), len(cfg.dense_features), emb_dim, num_surfaces,
-                            vocab_digests=spec.vocab_digests)
+                            vocab_digests=spec.vocab_digests, knowledge=table.knowledge)
     with torch.no_grad():  # start at the window's base rates: p(click), p(conversion | click)
         click = table.labels[:, 0].mean().clamp(1e-4, 1 - 1e-4)
         conv = (table.labels[:, 1].sum() / table.labels[:, 0].sum().clamp(min=1)).clamp(1e-4, 1 - 1e-4)

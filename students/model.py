@@ -49,12 +49,15 @@ class LowRankCross(nn.Module):
 
 class VerticalStudent(nn.Module):
     def __init__(self, cfg: StudentModelConfig, cardinalities: dict[str, int], num_dense: int,
-                 teacher_emb_dim: int = 0, num_surfaces: int = 0, vocab_digests: dict[str, str] | None = None) -> None:
+                 teacher_emb_dim: int = 0, num_surfaces: int = 0, vocab_digests: dict[str, str] | None = None,
+                 knowledge: dict | None = None) -> None:
         super().__init__()
         if "item_id" not in cardinalities:
             raise ValueError(f"the student needs an item_id feature to pool the history; got {list(cardinalities)}")
         self.cfg, self.keys, self.num_dense = cfg, list(cardinalities), num_dense
         self.vocab_digests = dict(vocab_digests or {})  # the ids' meaning: a window of other vocabularies is refused
+        # the knowledge it learned from (students/lineage.py): a store of another teacher's is refused
+        self.knowledge = dict(knowledge or {})
         dim = cfg.embedding_dim
         self.tables = nn.ModuleDict({k: nn.Embedding(max(int(c), 1), dim) for k, c in cardinalities.items()})
         for table in self.tables.values():

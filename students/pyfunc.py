@@ -30,17 +30,23 @@ def score_window(model, features: str, *, surface: str, feast_repo: str = "", re
                  max_examples: int = 0, name: str = "the student"):
     """The student's probabilities on its surface's rows of a features window:
     (table of those rows, (N, T) probabilities). A window of other vocabularies than the
-    student's is refused (VocabularyMismatch, naming both digests)."""
+    student's is refused (VocabularyMismatch, naming both digests); so is, for a student
+    reading the teacher's embeddings, a Feast store of another teacher's or dataset's
+    knowledge (KnowledgeMismatch, students/lineage.py: the rule). A student reading none
+    does not read ``feast_repo``."""
     import torch
 
     from gem.features.loader import load_feature_spec
     from gem.features.vocab import check_vocabularies
     from students.data import attach_knowledge, load_table
+    from students.lineage import check_knowledge
     from students.train import predict
 
     if not (Path(features) / "manifest.json").is_file():
         raise FileNotFoundError(f"{features}: not a finished features window (no manifest.json)")
     check_vocabularies(model.vocab_digests, load_feature_spec(features).vocab_digests, model=name, window=str(features))
+    if model.teacher_emb_dim and feast_repo:  # before any row is read
+        check_knowledge(model, feast_repo, name=name)
     table, _ = load_table(features, model.cfg)
     if surface not in table.surfaces:
         raise ValueError(f"{features} has no surface {surface!r} (it has {list(table.surfaces)})")
@@ -51,7 +57,8 @@ def score_window(model, features: str, *, surface: str, feast_repo: str = "", re
         if not feast_repo:
             raise ValueError(f"this student reads the teacher's embeddings: give the Feast repo holding them in a "
                              f"{FEAST_REPO!r} column")
-        part = attach_knowledge(part, feast_repo, predictions=False, embeddings=True, refresh_every=refresh_every)
+        part = attach_knowledge(part, feast_repo, predictions=False, embeddings=True, refresh_every=refresh_every,
+                                lineage=False)
     return part, predict(model, part).detach().numpy().astype(np.float64)
 
 

@@ -6,7 +6,9 @@ example, weights loaded weights-only after a digest check, nothing pickled) and
 carries ``teacher_version`` (the teacher's models:/ or runs:/ version, as tagged on its
 knowledge), the transfer methods and the surface, on the model version and on the run
 that logged it; its description says what it is, where it comes from and how to load
-it. The teacher's version (when this registry holds it) lists its students: a tag
+it; the knowledge it learned from is tagged ``knowledge.*`` (``knowledge_tags``) and
+recorded with its weights (students/lineage.py). The teacher's version (when this
+registry holds it) lists its students: a tag
 ``gem.students.<student model>`` with their versions, and links in its description.
 """
 
@@ -52,7 +54,7 @@ def log_student(result: "StudentResult", registered_name: str, teacher_version: 
     from students.store import STUDENT_FILES, save_student
 
     tags = {"teacher_version": teacher_version, "surface": result.surface,
-            "methods": ",".join(result.methods), **(extra_tags or {})}
+            "methods": ",".join(result.methods), **knowledge_tags(result.model), **(extra_tags or {})}
     mlflow.set_tags(tags)
     if tasks is None:
         width = result.eval_probs.shape[1] if result.eval_probs is not None else len(TASKS)
@@ -84,6 +86,18 @@ def log_student(result: "StudentResult", registered_name: str, teacher_version: 
         + pyfunc.load_instructions(f"models:/{registered_name}@champion", embeddings=embeddings)))
     link_to_teacher(teacher_version, registered_name, str(mv.version))
     return str(mv.version)
+
+
+def knowledge_tags(model) -> dict[str, str]:
+    """The knowledge a student learned from (students/lineage.py), as tags: ``knowledge.
+    teacher_digest`` (its teacher's weights), ``knowledge.vocab_digest`` and ``knowledge.
+    digest`` (the knowledge tables' content); none for a student trained without knowledge."""
+    recorded = getattr(model, "knowledge", None) or {}
+    if not recorded:
+        return {}
+    return {"knowledge.teacher_digest": ",".join(recorded.get("teacher_digests", []))[:500],
+            "knowledge.vocab_digest": ",".join(recorded.get("vocab_digests", []))[:500],
+            "knowledge.digest": str(recorded.get("digest", ""))}
 
 
 def link_to_teacher(teacher_version: str, student_name: str, student_version: str) -> bool:

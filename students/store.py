@@ -25,7 +25,7 @@ def student_arguments(model: VerticalStudent) -> dict:
     return {"cfg": asdict(model.cfg), "cardinalities": [[k, int(t.num_embeddings)] for k, t in model.tables.items()],
             "num_dense": int(model.num_dense), "teacher_emb_dim": int(model.teacher_emb_dim),
             "num_surfaces": int(model.surface_embedding.num_embeddings) if model.surface_embedding is not None else 0,
-            "vocab_digests": dict(model.vocab_digests)}
+            "vocab_digests": dict(model.vocab_digests), "knowledge": dict(getattr(model, "knowledge", {}) or {})}
 
 
 def save_student(model: VerticalStudent, folder: str | Path) -> Path:
@@ -44,6 +44,7 @@ def load_student(source: str | Path, tracking_uri: str | None = None) -> Vertica
     verify(folder, STUDENT_FILES)  # a folder without student_config.json is refused here
     args = json.loads((folder / STUDENT_CONFIG).read_text())
     model = VerticalStudent(from_dict(StudentModelConfig, args["cfg"]), dict(args["cardinalities"]), args["num_dense"],
-                            args["teacher_emb_dim"], args["num_surfaces"], vocab_digests=args.get("vocab_digests"))
+                            args["teacher_emb_dim"], args["num_surfaces"], vocab_digests=args.get("vocab_digests"),
+                            knowledge=args.get("knowledge"))
     model.load_state_dict(load_weights(folder))
     return model.eval()

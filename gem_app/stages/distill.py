@@ -144,6 +144,7 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
     from gem.config import flatten, run_params
     from gem.knowledge.feast import registered_knowledge
     from gem.knowledge.teacher import load_teacher
+    from gem.utils.paths import shown
     from students.distill import capacity_matched
     from students.protocol import lineage
     from students.pyfunc import input_example
@@ -176,6 +177,8 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
                                     teacher_embedding_dim=int(teacher.model.cfg.embedding_dim) if teacher else 0)
         chosen = choose_students(train, holdout, spec, cfg, surface, teacher.model if teacher else None, base_cfg)
         baseline, student, windows = chosen["no_teacher"].result, chosen["student"].result, chosen["windows"]
+        if student.model.knowledge:  # the store it learned from, as this run records paths (students/lineage.py)
+            student.model.knowledge["feast_repo"] = shown(feast_repo, ctx.tracking_root)
         knowledge = registered_knowledge(feast_repo) if cfg.transfer.needs_teacher() else {}
         tags = lineage(windows, teacher_version=teacher_version, teacher_window=teacher_window(teacher_version),
                        knowledge_window=knowledge.get("window"), refresh_every=cfg.knowledge.refresh_every)

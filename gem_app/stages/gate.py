@@ -140,21 +140,42 @@ def champion_teacher(workspace: str) -> dict:
 
 # -- students ----------------------------------------------------------------------------------
 def holdout_predictions(model_uris: dict[str, str], surface: str, eval_features: str, feast_repo: str,
-                        preset: str = "pipeline"):
+                        preset: str = "pipeline", unavailable: dict[str, str] | None = None, workspace: str = ""):
     """The surface's holdout rows and each registered model's click probabilities on them
     (same rows, same order): ``(part, {who: probs})``, scored as the served pyfunc model
     scores (students.pyfunc.score_window: each model reads the window with its own
     feature settings; teacher embeddings joined at the preset's knowledge cadence when
-    it reads them)."""
+    it reads them, from a store of its own teacher's knowledge only: students/lineage.py).
+
+    The run's store holds this run's teacher's knowledge. The champion (``who`` =
+    "champion") may have learned from an earlier teacher's: it is scored with the store
+    it was trained with when that still holds its knowledge (what serving it would read);
+    when neither does, it cannot be scored fairly here, nor served from this store: with
+    ``unavailable`` (a dict) it is left out and the reason recorded there, else refused
+    (KnowledgeMismatch). Any other model reading another teacher's knowledge is refused.
+    ``workspace``: what the recorded store's path is relative to (gem.utils.paths)."""
+    from gem.utils.paths import located
     from gem_app.stages.distill import GATE_TASK, distill_config
+    from students.lineage import KnowledgeMismatch, knowledge_problem
     from students.pyfunc import score_window
     from students.store import load_student
 
     refresh_every = distill_config(preset, surface).knowledge.refresh_every
     part, probs = None, {}
     for who, uri in model_uris.items():
-        rows, scored = score_window(load_student(uri), eval_features, surface=surface, feast_repo=feast_repo,
-                                    refresh_every=refresh_every, name=f"{who} {uri}")
+        model, name, repo = load_student(uri), f"{who} {uri}", feast_repo
+        if (why := knowledge_problem(model, feast_repo, name=name)) and who == "champion":
+            recorded = model.knowledge.get("feast_repo", "")
+            own = str(located(recorded, workspace or None)) if recorded else ""
+            if own and Path(own).is_dir() and not knowledge_problem(model, own, name=name):
+                repo = own  # an earlier run's store, still holding its teacher's knowledge
+            elif unavailable is not None:
+                unavailable[who] = why
+                continue
+            else:
+                raise KnowledgeMismatch(why)
+        rows, scored = score_window(model, eval_features, surface=surface, feast_repo=repo,
+                                    refresh_every=refresh_every, name=name)
         if part is not None and not (rows.example_id == part.example_id).all():
             raise RuntimeError(f"{uri} scored other rows of {eval_features} than {model_uris}; cannot pair them")
         part = rows if part is None else part
@@ -224,14 +245,16 @@ def gate(surface: str, challenger_version: str, eval_features: str, feast_repo: 
         current = registry.champion_version(name)
         if current and current != str(challenger_version):
             uris["champion"] = registry.model_uri(name, current)
-        part, probs = holdout_predictions(uris, surface, eval_features, feast_repo, preset)
+        unscored: dict[str, str] = {}  # the champion, when no store holds its teacher's knowledge
+        part, probs = holdout_predictions(uris, surface, eval_features, feast_repo, preset, unavailable=unscored,
+                                          workspace=ctx.tracking_root)
         task = list(part.tasks).index(GATE_TASK)
         labels = part.labels[:, task].numpy().astype("float64")
         no_teacher = recorded_holdout(name, challenger_version, "no_teacher", part, eval_features)
         holdout = Holdout(labels=labels, users=part.user_raw.numpy(), challenger=probs["challenger"],
                           no_teacher=no_teacher, champion=probs.get("champion"))
         decision = decide_paired(name, challenger_version, {surface: holdout}, cfg, teacher_version=teacher_version,
-                                 staged_teacher=staged_teacher)
+                                 staged_teacher=staged_teacher, champion_unavailable=unscored.get("champion", ""))
         decision = replace(decision, gate_run_id=run.info.run_id)
         plot = {"challenger": probs["challenger"], **({"no-teacher": no_teacher} if no_teacher is not None else {}),
                 **({"champion": probs["champion"]} if "champion" in probs else {})}
