@@ -16,11 +16,20 @@ an error) or is killed from outside mid-training, and is rerun without the fault
 - The rerun must succeed, and its summary and registry (versions per model, aliases)
   must equal the reference's. A rerun that succeeds with a different result is a
   silent loss (goal: 0).
+- The registry's rules (gem_app.promotion ``registry_problems``: one champion per
+  model, a challenger never the champion and newer than it, the decisions written on
+  the versions matching their aliases, no commit journal left) must hold in the
+  reference, after each fault (after the recovery for ``promote:*``) and after each
+  rerun; a case where they do not is "registry rules broken" (goal: 0).
 
 A kill inside the commit itself (``promote:mid``, between two alias moves; MLflow
-moves one alias at a time) leaves the commit's journal: the case checks the aliases
-after the recovery the next start does (gem_app.promotion.recover), and records what
-they were before it.
+moves one alias at a time; ``promote:moved``, the students' commit with every alias
+moved and no decision written on the versions; ``promote:recorded``, the decisions
+written and checked, the journal not yet removed) leaves the commit's journal: the case
+checks the aliases after the recovery the next start does (gem_app.promotion.recover),
+and records what they were before it. ``knowledge:window-written`` kills the knowledge
+generation after its first window is written, before the others and before any is
+registered in the Feast repo.
 
 The failure cases of issue 28: ``fail@distill-video:mid`` (a surface's distill fails
 after the teacher's gate decided to promote it) and ``fail@gate-student_video:decided``
@@ -52,8 +61,9 @@ from pathlib import Path
 from benchmarks.results import print_table, write_result
 
 POINTS = ("ingest:recorded", "features-teacher:mid", "train:start", "train:registered", "gate-gem_teacher:mid",
-          "knowledge:mid", "distill:registered", "gate-student_feed:mid", "feed:recorded", "promote:mid",
-          "external:mid-train", "fail@distill-video:mid", "fail@gate-student_video:decided")
+          "knowledge:mid", "knowledge:window-written", "distill:registered", "gate-student_feed:mid",
+          "feed:recorded", "promote:mid", "promote:moved", "promote:recorded", "external:mid-train",
+          "fail@distill-video:mid", "fail@gate-student_video:decided")
 SURFACES = "feed,video"
 # the tiny run's holdout has a handful of clicks: the real floors would promote nothing
 BENCH_GATE = {"min_positives": 1, "min_negatives": 1, "max_ne": 10.0, "min_calibration": 0.0,
@@ -115,6 +125,25 @@ def snapshot(workspace: Path) -> dict:
     return {"rows": rows, "registry": models}
 
 
+def invariants(workspace: Path) -> list[str]:
+    """What breaks the registry's rules in the workspace's store (gem_app.promotion
+    ``registry_problems``: one champion per model, a challenger never the champion and
+    newer than it, the decisions written on the versions matching their aliases, no
+    commit journal left); [] when none."""
+    import mlflow
+
+    from gem import registry, tracking
+    from gem_app.promotion import registry_problems
+    from gem_app.stages.late_data import COMMIT_DIR
+
+    if not (workspace / "mlflow.db").is_file():
+        return []
+    tracking.configure(workspace, experiment=registry.EXPERIMENT)
+    problems = registry_problems(journal_dir=workspace / COMMIT_DIR)
+    mlflow.set_tracking_uri("")
+    return problems
+
+
 def _recover(workspace: Path) -> None:
     import mlflow
 
@@ -157,13 +186,16 @@ def fault_case(ws: Path, data: Path, point: str, reference: dict) -> dict:
         _recover(ws)
     after_fault = aliases(ws)  # a fresh workspace: no alias may exist
     case["aliases_after_fault"] = after_fault
+    case["registry_problems_after_fault"] = invariants(ws)  # after the recovery, for promote:*
     if point.startswith("fail@gate-"):
         case["other_surface_passed"] = other_gate_passed(ws)
     rerun = _pipeline(ws, data)
     ok = rerun.returncode == 0 and (ws / "summary.json").is_file()
+    case["registry_problems"] = invariants(ws) if ok else []
+    broken = case["registry_problems_after_fault"] + case["registry_problems"]
     same = ok and snapshot(ws) == reference
     outcome = ("fault not reached" if killed.returncode == 0 else "moved aliases" if after_fault
-               else "passed" if same else "silent loss" if ok else "failed")
+               else "registry rules broken" if broken else "passed" if same else "silent loss" if ok else "failed")
     return {**case, "rerun_rc": rerun.returncode, "outcome": outcome,
             "stderr_tail": "" if ok else rerun.stderr[-1500:]}
 
@@ -206,6 +238,9 @@ def fault_cases(tmp: Path, points: list[str]) -> list[dict] | None:
         print(reference_run.stderr[-3000:], file=sys.stderr)
         return None
     reference = snapshot(tmp / "reference")
+    if problems := invariants(tmp / "reference"):
+        print(f"the reference run broke the registry's rules: {problems}", file=sys.stderr)
+        return None
     if not all(m["aliases"].get("champion") for m in reference["registry"].values()):
         print(f"the reference run did not promote every model: {reference['registry']}", file=sys.stderr)
         return None
@@ -240,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = {"cases_tried": len(cases), "cases_passed": sum(c["outcome"] == "passed" for c in cases),
                "silent_losses": sum(c["outcome"] == "silent loss" for c in cases),
                "faults_that_moved_aliases": sum(c["outcome"] == "moved aliases" for c in faults),
+               "registry_rules_broken": sum(c["outcome"] == "registry rules broken" for c in faults),
                "silent_wrong_results": sum(c["outcome"] == "silent wrong result" for c in cases),
                "unclear_errors": sum(c["outcome"] == "unclear error" for c in cases),
                "fault_points": len(faults), "fault_points_passed": sum(c["outcome"] == "passed" for c in faults),
@@ -250,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                                                        "gate_settings": BENCH_GATE})
     print_table(f"reliability ({path})", [(k, figures[k]) for k in (
         "cases_tried", "cases_passed", "silent_losses", "silent_wrong_results", "unclear_errors",
-        "faults_that_moved_aliases", "fault_points_passed", "defect_tests_passed")])
+        "faults_that_moved_aliases", "registry_rules_broken", "fault_points_passed", "defect_tests_passed")])
     return 0 if figures["cases_passed"] == figures["cases_tried"] else 1
 
 

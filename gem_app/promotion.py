@@ -30,10 +30,13 @@ Gating has no side effect on the registry. ``commit`` applies every decision of 
 run at once, after every step the run depends on has succeeded: under a lock it
 re-reads the champions (a win against a champion that moved since the gate is not
 applied), re-checks each student's teacher against the champions the commit leaves,
-writes a journal of the aliases as they were, moves the aliases, records the words on
-each model version, and removes the journal. A commit killed half-way leaves its
-journal; the next commit (or the next pipeline run's start) restores the aliases it
-recorded (``recover``), so a failed or killed run leaves the aliases as they were.
+writes a journal of the aliases (and the versions' decision tags) as they were, moves
+the aliases, records the words on each model version, checks the registry's invariants
+(``registry_problems``: one champion per model, a challenger never the champion and
+newer than it, the recorded decisions matching the aliases; a violation the commit made
+is undone and raised), and removes the journal. A commit killed half-way leaves its
+journal; the next commit (or the next pipeline run's start) restores the aliases and
+tags it recorded (``recover``), so a failed or killed run leaves the registry as it was.
 """
 
 from __future__ import annotations
@@ -434,7 +437,8 @@ def _aliases(client, name: str) -> dict[str, str]:
 
 def recover(journal_dir: Path | None) -> dict | None:
     """Undo a commit that died half-way: restore the aliases its journal recorded and
-    remove the version tags it may have written. Returns the journal, or None."""
+    the version tags as they were (a version that already held a decision, e.g. the
+    champion a rerun gated again, keeps it). Returns the journal, or None."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
@@ -453,10 +457,15 @@ def recover(journal_dir: Path | None) -> dict | None:
                     client.delete_registered_model_alias(name, alias)
             except MlflowException as exc:
                 log.warning("recovering %s@%s: %s", name, alias, exc)
+    before_tags = journal.get("tags", {})
     for name, version in journal.get("versions", []):
+        kept = before_tags.get(name, {}).get(str(version), {})  # a journal without them: none were there
         for key in VERSION_TAGS:
             with contextlib.suppress(MlflowException):
-                client.delete_model_version_tag(name, version, key)
+                if key in kept:
+                    client.set_model_version_tag(name, version, key, kept[key])
+                else:
+                    client.delete_model_version_tag(name, version, key)
     path.unlink()
     log.warning("promotion: a commit of pipeline run %s died half-way; the aliases it had moved were restored",
                 journal.get("pipeline_run_id", "?"))
@@ -493,7 +502,19 @@ def _resolve(decisions: list[GateDecision]) -> list[GateDecision]:
 def commit(decisions: list[GateDecision], journal_dir: Path | None = None, *, pipeline_run_id: str = "",
            fault=None) -> list[GateDecision]:
     """Apply every decision of one run at once (see the module docstring); returns them
-    as applied. ``fault``: called between the alias moves (the fault-injection hook)."""
+    as applied. ``fault``: the fault-injection hook, called with where the commit is:
+    ``"mid"`` between two decisions' alias moves, ``"moved"`` once every alias moved (no
+    decision written on the versions yet), ``"recorded"`` once the decisions are written
+    and the invariants checked (the journal not yet removed).
+
+    Aliases (docs/pipelines.md): a promoted version becomes the champion, and a challenger
+    at or below it is removed (it was gated before the champion, or is the champion now);
+    a version kept and offered becomes the challenger only when it is newer than the
+    champion and than the current challenger (a rerun of an older decision moves none).
+    Before the journal is removed the registry's invariants are checked for the models
+    of the commit (``registry_problems``); a violation the commit made (not one it found
+    there, which is logged) restores the aliases and tags as they were and raises
+    RegistryInvariantError."""
     from mlflow import MlflowClient
 
     if journal_dir is None:
@@ -502,25 +523,127 @@ def commit(decisions: list[GateDecision], journal_dir: Path | None = None, *, pi
     with _commit_lock(journal_dir):
         recover(journal_dir)
         final = _resolve(decisions)
+        names = sorted({d.model_name for d in final})
+        earlier = set(registry_problems(names))  # what an older commit (or a hand) left: not this commit's
+        for problem in sorted(earlier):
+            log.warning("registry before the commit: %s", problem)
         if journal_dir is not None:
             from gem.utils.atomic import write_json
 
             journal_dir.mkdir(parents=True, exist_ok=True)
             write_json({"pipeline_run_id": pipeline_run_id,
                         "before": {d.model_name: _aliases(client, d.model_name) for d in final},
-                        "versions": [[d.model_name, d.challenger_version] for d in final]}, journal_dir / JOURNAL)
+                        "versions": [[d.model_name, d.challenger_version] for d in final],
+                        "tags": _version_tags(client, final)}, journal_dir / JOURNAL)
         for i, d in enumerate(final):
             if i and fault is not None:
-                fault()
-            if d.promote:
-                client.set_registered_model_alias(d.model_name, CHAMPION, d.challenger_version)
-            elif d.offered and champion_version(d.model_name) != d.challenger_version:  # a rerun: champion
-                client.set_registered_model_alias(d.model_name, CHALLENGER, d.challenger_version)
+                fault("mid")
+            _move(client, d)
+        if fault is not None:
+            fault("moved")
         for d in final:
             _record(client, d, pipeline_run_id)
+        problems = [p for p in registry_problems(names, decisions=final) if p not in earlier]
+        if problems:
+            if journal_dir is not None:
+                recover(journal_dir)
+            raise RegistryInvariantError("the commit would leave the registry breaking its rules, so it was undone: "
+                                         + "; ".join(problems))
+        if fault is not None:
+            fault("recorded")
         if journal_dir is not None:
             (journal_dir / JOURNAL).unlink()
     return final
+
+
+class RegistryInvariantError(RuntimeError):
+    """The registry's aliases break the documented rules (``registry_problems``)."""
+
+
+def _number(version: str | None) -> int:
+    return int(version) if version and str(version).isdigit() else -1
+
+
+def _version_tags(client, decisions: list[GateDecision]) -> dict:
+    """{model: {version: {tag: value}}}: the decision tags each version holds before a commit."""
+    out: dict = {}
+    for d in decisions:
+        tags = client.get_model_version(d.model_name, d.challenger_version).tags
+        out.setdefault(d.model_name, {})[str(d.challenger_version)] = {k: v for k, v in tags.items()
+                                                                         if k in VERSION_TAGS}
+    return out
+
+
+def _move(client, d: GateDecision) -> None:
+    """One decision's alias moves (see ``commit``)."""
+    version = str(d.challenger_version)
+    if d.promote:
+        client.set_registered_model_alias(d.model_name, CHAMPION, version)
+        challenger = _aliases(client, d.model_name).get(CHALLENGER)
+        if challenger and _number(challenger) <= _number(version):
+            client.delete_registered_model_alias(d.model_name, CHALLENGER)
+        return
+    aliases = _aliases(client, d.model_name)
+    champion, challenger = aliases.get(CHAMPION), aliases.get(CHALLENGER)
+    if d.offered and _number(version) > _number(champion) and _number(version) >= _number(challenger):
+        client.set_registered_model_alias(d.model_name, CHALLENGER, version)
+    elif challenger and champion and _number(challenger) <= _number(champion):
+        client.delete_registered_model_alias(d.model_name, CHALLENGER)  # left by an older commit
+
+
+def registry_problems(names: list[str] | None = None, journal_dir: Path | None = None,
+                      decisions: list[GateDecision] | None = None) -> list[str]:
+    """What breaks the registry's rules (docs/pipelines.md), one line each; [] when none.
+
+    Per model (``names``, default every registered model): at most one champion (MLflow
+    keeps one version per alias: the check is that it names a version that exists), a
+    challenger that exists, is never the champion and is newer than it; the decision a
+    commit wrote on each version matches its alias (the champion's ``gate.decision``, when
+    written, is ``promote``; the challenger's is not). The aliases match the journal: with
+    ``journal_dir``, no commit's journal is left (a commit died half-way and was not yet
+    recovered); with ``decisions`` (a commit's, as applied), each promoted version is the
+    champion and each kept, offered one is the challenger unless the champion or the
+    challenger is a newer version."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient()
+    problems = []
+    if journal_dir is not None and (Path(journal_dir) / JOURNAL).is_file():
+        problems.append(f"a commit's journal is left in {journal_dir} (a commit died half-way; the next start "
+                        "restores the aliases it recorded)")
+    if names is None:
+        names = sorted(m.name for m in client.search_registered_models())
+    aliases = {}
+    for name in names:
+        aliases[name] = moved = {k: v for k, v in _aliases(client, name).items() if k in (CHAMPION, CHALLENGER)}
+        champion, challenger = moved.get(CHAMPION), moved.get(CHALLENGER)
+        for alias, version in moved.items():
+            try:
+                decision = client.get_model_version(name, version).tags.get(DECISION_TAG, "")
+            except MlflowException:
+                problems.append(f"{name}@{alias} names v{version}, which does not exist")
+                continue
+            if alias == CHAMPION and decision and decision != PROMOTE:
+                problems.append(f"{name}: the champion v{version} was recorded '{decision}', not promoted")
+            if alias == CHALLENGER and decision == PROMOTE:
+                problems.append(f"{name}: the challenger v{version} was recorded 'promote'")
+        if challenger and champion and challenger == champion:
+            problems.append(f"{name}: v{champion} is both champion and challenger")
+        elif challenger and champion and _number(challenger) < _number(champion):
+            problems.append(f"{name}: the challenger v{challenger} is older than the champion v{champion}")
+    for d in decisions or []:
+        moved = aliases.get(d.model_name)
+        if moved is None:
+            moved = {k: v for k, v in _aliases(client, d.model_name).items() if k in (CHAMPION, CHALLENGER)}
+        version = str(d.challenger_version)
+        if d.promote and moved.get(CHAMPION) != version:
+            problems.append(f"{d.model_name}: v{version} was promoted but the champion is "
+                            f"{'v' + moved[CHAMPION] if moved.get(CHAMPION) else 'none'}")
+        newer = max(_number(moved.get(CHAMPION)), _number(moved.get(CHALLENGER)))
+        if not d.promote and d.offered and moved.get(CHALLENGER) != version and newer < _number(version):
+            problems.append(f"{d.model_name}: v{version} was kept and offered but is not the challenger")
+    return problems
 
 
 def _record(client, d: GateDecision, pipeline_run_id: str) -> None:
@@ -528,8 +651,11 @@ def _record(client, d: GateDecision, pipeline_run_id: str) -> None:
     changed them)."""
     tags = {DECISION_TAG: d.outcome, REASON_TAG: d.reason[:5000], AGAINST_TAG: d.champion_version or "none",
             GATE_RUN_TAG: d.gate_run_id, COMMIT_RUN_TAG: pipeline_run_id}
+    # a version that stays the champion without this decision promoting it (a rerun whose
+    # teacher is no longer the champion) keeps its promotion's words; the gate run has these
+    stays_champion = not d.promote and champion_version(d.model_name) == str(d.challenger_version)
     for key, value in tags.items():
-        if value:
+        if value and not stays_champion:
             client.set_model_version_tag(d.model_name, d.challenger_version, key, value)
     if d.gate_run_id:
         staged = client.get_run(d.gate_run_id).data.tags.get(DECISION_TAG, "")

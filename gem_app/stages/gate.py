@@ -296,7 +296,7 @@ def promote(teacher_gate: dict, gated: list[dict], ctx: RunContext, *, data: str
     decisions = ([decision_from_dict(teacher_gate)] if teacher_gate else []) + [
         decision_from_dict(g["decision"]) for g in gated if g["decision"].get("challenger_version")]
     final = commit(decisions, Path(ctx.tracking_root) / COMMIT_DIR, pipeline_run_id=ctx.pipeline_run_id,
-                   fault=lambda: fault_point("promote:mid"))
+                   fault=lambda where: fault_point(f"promote:{where}"))
     if data and data_days:
         record_committed_days(ctx.tracking_root, data, read_days(data_days))
     applied = {d.model_name: d for d in final}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gem import tracking
 from gem.utils.progress import figure
-from gem_app.stages.context import RunContext, StageResult, log_model_input, tracked
+from gem_app.stages.context import RunContext, StageResult, fault_point, log_model_input, tracked
 from gem_app.stages.features import log_features_input
 
 KNOWLEDGE_VIEWS = "teacher_predictions,teacher_user_embedding,teacher_item_embedding"
@@ -51,6 +51,7 @@ def knowledge(teacher_uri: str, features: list[str], out_root: str, feast_repo: 
             examples += manifest["counts"]["examples"]
             mlflow.log_metric(f"knowledge/{name}/examples_per_s", manifest["examples_per_s"])
             mlflow.log_metric(f"knowledge/{name}/examples", manifest["counts"]["examples"])
+            fault_point("knowledge:window-written")  # killed mid-generation: some windows written, none registered
         register_knowledge(feast_repo, outputs)
     figure("examples", examples)
     return KnowledgeResult(knowledge=outputs, teacher_version=teacher.version, examples=examples)

@@ -218,8 +218,9 @@ def test_a_commit_killed_half_way_is_undone(registry, tmp_path):
     registry.set_registered_model_alias("student_feed", CHAMPION, old)
     journal = tmp_path / "journal"
 
-    def die():
-        raise KeyboardInterrupt("killed between two alias moves")
+    def die(where):
+        if where == "mid":
+            raise KeyboardInterrupt("killed between two alias moves")
 
     with pytest.raises(KeyboardInterrupt):
         commit([_staged(TEACHER, t1), _staged("student_feed", new, teacher=f"models:/{TEACHER}/{t1}", champion=old)],
