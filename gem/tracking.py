@@ -48,6 +48,21 @@ HOLDOUT_FIGURES = ("auc", "ne", "calibration", "positives", "negatives", "rows")
 DEFAULT_EXPERIMENT = "gem"
 # the UI opens an experiment of this kind on its training runs (not the GenAI pages)
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+NOTE_TAG = "mlflow.note.content"  # the description the UI shows for a run or an experiment
+EXPERIMENT_DESCRIPTION = (
+    "Runs of gem: the GEM ads foundation model (the teacher) and its per-surface vertical models "
+    "(students). Start with a pipeline run, named `gem-pipeline <data> <time>`: its description is the "
+    "run's summary (each model's decision and why), its metrics the run's headline figures, so that "
+    "pipeline runs compare side by side. Its child runs are the stages: `features-*`, `feast`, `train` "
+    "(the teacher), `knowledge`, `distill-<surface>` (a student) and `gate-<model>` (the decision). "
+    "The teacher's and the students' runs share the `holdout/*` metric names, the surface being the "
+    "`gem.surface` tag: select them and compare.")
+
+
+def ui_link(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The experiment's runs in the UI's model-training view (MLflow 3 opens the GenAI
+    pages by default, whatever the experiment's kind)."""
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
 def holdout_metrics(figures: dict[str, float]) -> dict[str, float]:
@@ -60,6 +75,34 @@ def holdout_metrics(figures: dict[str, float]) -> dict[str, float]:
         values["rows"] = float(values["positives"]) + float(values["negatives"])
     return {f"holdout/{k}": float(values[k]) for k in HOLDOUT_FIGURES
             if values.get(k) is not None and math.isfinite(float(values[k]))}
+
+
+def dataset_entity(source_uri: str, name: str, digest: str, *, profile: dict | None = None,
+                   columns: dict[str, str] | None = None):
+    """An MLflow dataset (``mlflow.entities.Dataset``) whose drawer in the UI shows its
+    counts (``profile``, e.g. ``{"num_examples": 5917}``) and its columns (``columns``:
+    name -> MLflow type, ``long`` / ``double`` / ``string`` / ``boolean`` / ``datetime``)."""
+    import json
+
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.entities import Dataset
+    from mlflow.types import ColSpec, Schema
+
+    source = resolve_dataset_source(source_uri)
+    schema = Schema([ColSpec(kind, column) for column, kind in columns.items()]) if columns else None
+    return Dataset(name=name, digest=digest, source_type=source._get_source_type(), source=source.to_json(),
+                   schema=json.dumps({"mlflow_colspec": schema.to_dict()}) if schema else None,
+                   profile=json.dumps(profile) if profile else None)
+
+
+def features_columns(spec: dict) -> dict[str, str]:
+    """The columns a features window gives a model, from its manifest's ``spec``: sparse
+    ids, the history sequences (ids per event), dense features and labels."""
+    columns = {name: "long" for name in spec.get("sparse", {})}
+    columns.update({name: "long" for name in spec.get("sequence", {})})
+    columns.update({name: "double" for name in spec.get("dense", [])})
+    columns.update({f"label_{task}": "double" for task in spec.get("tasks", [])})
+    return columns
 
 
 class TrackingUnavailable(RuntimeError):
@@ -163,14 +206,17 @@ def configure(root: str | Path = "runs", *, experiment: str = DEFAULT_EXPERIMENT
         Path(root).mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(uri)  # the registry follows the tracking URI
     with _store_lock(uri):  # concurrent first users of one sqlite store: one creates it
-        if mlflow.get_experiment_by_name(experiment) is None:
+        found = mlflow.get_experiment_by_name(experiment)
+        if found is None:
             artifact_location = None
             if uri.startswith("sqlite:///"):  # beside the store, whichever workspace opened it first
                 artifact_location = (Path(uri[len("sqlite:///"):]).parent / "mlartifacts" / experiment).as_uri()
             mlflow.create_experiment(experiment, artifact_location=artifact_location,
-                                     tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+                                     tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, NOTE_TAG: EXPERIMENT_DESCRIPTION})
             if uri.startswith("sqlite:///"):
                 _retire_default_experiment()
+        elif NOTE_TAG not in found.tags:  # a store made before experiments were described
+            mlflow.MlflowClient().set_experiment_tag(found.experiment_id, NOTE_TAG, EXPERIMENT_DESCRIPTION)
     mlflow.set_experiment(experiment)
     return uri
 

@@ -88,8 +88,10 @@ def score_frame(model, model_spec, model_input, params: dict | None = None):
                          f"folder per row); got columns {list(frame.columns)}")
     limit = int((params or {}).get(MAX_EXAMPLES) or 0)
     outputs = []
-    for features in frame[INPUT_COLUMN]:
-        scored = predict_window(model, model_spec, features, max_examples=limit)
+    from gem.utils.paths import located
+
+    for features in frame[INPUT_COLUMN]:  # a folder, a file URI, or relative to $GEM_WORKSPACE / here
+        scored = predict_window(model, model_spec, str(located(str(features))), max_examples=limit)
         names = np.asarray(scored["spec"].surfaces, dtype=object)
         out = pd.DataFrame({"example_id": scored["example_id"].astype(np.int64),
                             "surface": names[scored["surface"]] if len(scored["surface"]) else []})
@@ -118,7 +120,10 @@ def input_example(features: str | Path | None, examples: int = 64):
         return None
     import pandas as pd
 
-    return pd.DataFrame({INPUT_COLUMN: [str(Path(features).resolve())]}), {MAX_EXAMPLES: examples}
+    from gem.utils.paths import shown
+
+    # relative to the run's workspace (score_frame reads it back), never a machine path
+    return pd.DataFrame({INPUT_COLUMN: [shown(features)]}), {MAX_EXAMPLES: examples}
 
 
 def load_instructions(uri: str, features_hint: str = "<features window folder>") -> str:

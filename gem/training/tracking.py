@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from gem.tracking import ensure_reachable, redact
+from gem.tracking import ensure_reachable, features_columns, redact
 from gem.utils.cache import cache_dir
 
 log = logging.getLogger(__name__)
@@ -213,19 +213,26 @@ def _log_metrics(metrics: dict[str, float], step: int) -> None:
     mlflow.log_metrics(metrics, step=step)
 
 
-def _log_input(features: str, digest: str, num_examples: int, context: str, tags: dict[str, str]) -> None:
+def _log_input(features: str, digest: str, num_examples: int, context: str, tags: dict[str, str],
+               columns: dict[str, str] | None = None) -> None:
     import mlflow
     from mlflow.data.code_dataset_source import CodeDatasetSource
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
     from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
 
-    if Path(features).is_dir():
-        source = resolve_dataset_source(Path(features).resolve().as_uri())  # a URI, not a machine path
-    else:
-        source = CodeDatasetSource(tags={"uri": features})
+    from gem.tracking import dataset_entity
+
     # named as the pipeline's other runs name a features window (gem_app.stages.features)
-    dataset = MetaDataset(source=source, name=f"features/{Path(features).name or features}", digest=digest)
-    mlflow.log_input(dataset, context=context, tags={"num_examples": str(num_examples), **tags})
+    name = f"features/{Path(features).name or features}"
+    tags = {"mlflow.data.context": context, "num_examples": str(num_examples), **tags}
+    if Path(features).is_dir():  # a URI, not a machine path; counts and columns for the UI's drawer
+        profile = {"num_examples": num_examples, **({"window": tags["window"]} if "window" in tags else {})}
+        entity = dataset_entity(Path(features).resolve().as_uri(), name, digest, profile=profile, columns=columns)
+    else:
+        entity = MetaDataset(source=CodeDatasetSource(tags={"uri": features}), name=name,
+                             digest=digest)._to_mlflow_entity()
+    mlflow.MlflowClient().log_inputs(mlflow.active_run().info.run_id, datasets=[
+        DatasetInput(entity, [InputTag(k, str(v)) for k, v in tags.items()])])
 
 
 def _log_artifact(name: str, data: bytes) -> None:
@@ -277,9 +284,11 @@ class Tracker:
         if not self.enabled:
             return
         digest, window = dataset_digest(features, spec)
+        if "window_start" in window and "window_end" in window:  # one spelling of a window: start..end
+            window = {"window": f"{window.pop('window_start')}..{window.pop('window_end')}", **window}
         num_examples = num_examples or window_examples(features)  # an evaluation window: its manifest's count
         self._inputs[context] = features
-        self._worker.send("log_input", features, digest, num_examples, context, window)
+        self._worker.send("log_input", features, digest, num_examples, context, window, features_columns(spec))
         self.log_params({f"data.{context}.digest": digest, f"data.{context}.num_examples": num_examples,
                          **{f"data.{context}.{k}": v for k, v in window.items()}})
 

@@ -6,8 +6,9 @@ sources or input examples. A path inside the run's workspace is written relative
     shown("/data/ciao", "/srv/runs/main")                         # 'file:///data/ciao'
     located("features/holdout", "/srv/runs/main")                 # Path('/srv/runs/main/features/holdout')
 
-A relative path with no workspace given is read against ``$GEM_WORKSPACE``, else the
-working directory (a person loading a model from inside the workspace).
+With no workspace given, both use ``$GEM_WORKSPACE`` (a pipeline stage's workspace: set
+by ``RunContext.configure``), ``shown`` then falling back to a URI and ``located`` to the
+working directory (a person scoring an input example from inside the workspace).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def shown(path: str | Path, workspace: str | Path | None = None) -> str:
     if not str(path):
         return ""
     full = Path(path).resolve()
+    workspace = workspace or os.environ.get(WORKSPACE_ENV)
     if workspace:
         try:
             return full.relative_to(Path(workspace).resolve()).as_posix() or "."

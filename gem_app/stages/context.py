@@ -49,6 +49,11 @@ class RunContext:
         return cls(**json.loads(text))
 
     def configure(self) -> str:
+        """Point MLflow at the run's store; paths the stage records are then shown relative
+        to the run's workspace, its tracking root (gem.utils.paths)."""
+        from gem.utils.paths import WORKSPACE_ENV
+
+        os.environ[WORKSPACE_ENV] = str(Path(self.tracking_root).resolve())
         return tracking.configure(self.tracking_root, experiment=self.experiment)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gem import tracking
 from gem.data.contract import DatasetHandle
-from gem.protocol import window_tag
+from gem.protocol import dataset_window_tag, window_tag
 from gem.utils.digest import lineage_digest, tree_digest, value_digest
 from gem.utils.progress import figure, warning
 from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
@@ -200,12 +200,18 @@ def log_dataset_input(data: str | Path, digest: str, context: str) -> None:
     second walk would hash every file again), and its number of events."""
     import pyarrow.parquet as pq
 
-    from gem.data.contract import event_files
+    from gem.data.contract import EVENTS_SCHEMA, event_files
 
     handle = DatasetHandle.open(data)
     events = sum(pq.ParquetFile(f).metadata.num_rows for f in event_files(handle.root))  # footers only
+    columns = {f.name: _MLFLOW_TYPES.get(str(f.type).split("[")[0], "string") for f in EVENTS_SCHEMA}
     _log_input(handle.root, f"data/{handle.manifest.name}", lineage_digest(digest),
-               {"mlflow.data.context": context, "num_events": str(events)})
+               {"mlflow.data.context": context, "num_events": str(events)},
+               profile={"num_events": events, "window": dataset_window_tag(handle.root)}, columns=columns)
+
+
+# arrow types of the contract's events as MLflow column types (the dataset drawer's schema)
+_MLFLOW_TYPES = {"int64": "long", "int8": "integer", "bool": "boolean", "string": "string", "timestamp": "datetime"}
 
 
 def log_features_input(features: str, context: str, run_id: str | None = None) -> None:
@@ -217,15 +223,17 @@ def log_features_input(features: str, context: str, run_id: str | None = None) -
     examples = manifest.get("counts", {}).get("examples")
     if examples is not None:
         tags["num_examples"] = str(examples)  # as the trainer's dataset inputs say it
-    _log_input(Path(features).resolve(), f"features/{Path(features).name}", digest, tags, run_id)
+    profile = {"num_examples": examples, "window": window, "shards": manifest.get("counts", {}).get("shards")}
+    _log_input(Path(features).resolve(), f"features/{Path(features).name}", digest, tags, run_id,
+               profile={k: v for k, v in profile.items() if v is not None},
+               columns=tracking.features_columns(manifest.get("spec", {})))
 
 
-def _log_input(folder: Path, name: str, digest: str, tags: dict[str, str], run_id: str | None = None) -> None:
+def _log_input(folder: Path, name: str, digest: str, tags: dict[str, str], run_id: str | None = None, *,
+               profile: dict | None = None, columns: dict[str, str] | None = None) -> None:
     import mlflow
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
-    from mlflow.data.meta_dataset import MetaDataset
     from mlflow.entities import DatasetInput, InputTag
 
-    dataset = MetaDataset(resolve_dataset_source(Path(folder).resolve().as_uri()), name=name, digest=digest)
-    entity = DatasetInput(dataset._to_mlflow_entity(), [InputTag(k, v) for k, v in tags.items()])
+    dataset = tracking.dataset_entity(Path(folder).resolve().as_uri(), name, digest, profile=profile, columns=columns)
+    entity = DatasetInput(dataset, [InputTag(k, v) for k, v in tags.items()])
     mlflow.MlflowClient().log_inputs(run_id or mlflow.active_run().info.run_id, datasets=[entity])

@@ -234,6 +234,14 @@ def what_the_ui_shows(workspace: Path, tmp_path: Path, row: dict, teacher_gate: 
                 digests.setdefault(d["dataset"]["name"], set()).add(d["dataset"]["digest"])
         assert digests and all(len(v) == 1 for v in digests.values()), digests
         provenance(rest, by_name, distill, train)
+        # the experiment describes itself; each dataset's drawer shows counts and columns; one window spelling
+        experiment = rest.get("/api/2.0/mlflow/experiments/get-by-name", experiment_name=EXPERIMENT)["experiment"]
+        assert "gem-pipeline <data> <time>" in mlflow_ui.tags(experiment)["mlflow.note.content"]
+        drawers = [d["dataset"] for r in runs for d in rest.run(r["info"]["run_id"]).get("inputs", {}).get(
+            "dataset_inputs", [])]
+        assert drawers and all(json.loads(d["profile"]) and json.loads(d["schema"])["mlflow_colspec"] for d in drawers)
+        assert mlflow_ui.params(train)["data.training.window"].count("..") == 1
+        assert not [k for k in mlflow_ui.params(train) if k.endswith(("window_start", "window_end"))]
         # no machine paths in what a person reads: params, tags, version tags, dataset sources
         here = str(workspace.resolve())
         shown = [(r["info"]["run_name"], k, v) for r in runs for k, v in {**mlflow_ui.params(r), **{
@@ -243,6 +251,10 @@ def what_the_ui_shows(workspace: Path, tmp_path: Path, row: dict, teacher_gate: 
         shown += [(d["dataset"]["name"], "source", d["dataset"]["source"]) for r in runs
                   for d in rest.run(r["info"]["run_id"]).get("inputs", {}).get("dataset_inputs", [])
                   if here in d["dataset"]["source"] and "file://" not in d["dataset"]["source"]]
+        teacher_model = rest.version(TEACHER_MODEL, "1")["source"].removeprefix("models:/")
+        example = rest.text(f"/ajax-api/2.0/mlflow/logged-models/{teacher_model}/artifacts/files",
+                            artifact_file_path="input_example.json")
+        shown += [("gem_teacher v1", "input_example.json", example)] if here in example else []
         assert not shown, shown
         # teacher and student compare column by column: the same holdout names, the surface a tag
         shared = {f"holdout/{k}" for k in tracking.HOLDOUT_FIGURES} - {"holdout/auc"}  # no AUC short of evidence
