@@ -72,12 +72,14 @@ def score_frame(model, config: dict, model_input, params: dict | None = None):
         raise ValueError(f"a student's input is a table with a {FEATURES!r} column (a features window folder per "
                          f"row) and, for a student reading teacher embeddings, {FEAST_REPO!r}; got columns "
                          f"{list(frame.columns)}")
+    from gem.utils.paths import located
+
     limit = int((params or {}).get(MAX_EXAMPLES) or 0)
     outputs = []
-    for _, row in frame.iterrows():
+    for _, row in frame.iterrows():  # folders, file URIs, or relative to $GEM_WORKSPACE / here
         repo = row.get(FEAST_REPO) if FEAST_REPO in frame.columns else ""
-        part, probs = score_window(model, str(row[FEATURES]), surface=config["surface"],
-                                   feast_repo="" if repo is None or repo != repo else str(repo),
+        repo = str(located(repo)) if isinstance(repo, str) and repo else ""  # a missing cell: None, NaN or ""
+        part, probs = score_window(model, str(located(str(row[FEATURES]))), surface=config["surface"], feast_repo=repo,
                                    refresh_every=config.get("refresh_every", "1d"), max_examples=limit)
         out = pd.DataFrame({"example_id": part.example_id.numpy().astype(np.int64),
                             "surface": [config["surface"]] * len(part)})
@@ -104,9 +106,12 @@ def input_example(features: str | Path | None, feast_repo: str | Path | None = N
         return None
     import pandas as pd
 
-    row = {FEATURES: [str(Path(features).resolve())]}
+    from gem.utils.paths import shown
+
+    # relative to the run's workspace (score_frame reads them back), never a machine path
+    row = {FEATURES: [shown(features)]}
     if feast_repo:
-        row[FEAST_REPO] = [str(Path(feast_repo).resolve())]
+        row[FEAST_REPO] = [shown(feast_repo)]
     return pd.DataFrame(row), {MAX_EXAMPLES: examples}
 
 

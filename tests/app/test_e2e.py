@@ -251,10 +251,11 @@ def what_the_ui_shows(workspace: Path, tmp_path: Path, row: dict, teacher_gate: 
         shown += [(d["dataset"]["name"], "source", d["dataset"]["source"]) for r in runs
                   for d in rest.run(r["info"]["run_id"]).get("inputs", {}).get("dataset_inputs", [])
                   if here in d["dataset"]["source"] and "file://" not in d["dataset"]["source"]]
-        teacher_model = rest.version(TEACHER_MODEL, "1")["source"].removeprefix("models:/")
-        example = rest.text(f"/ajax-api/2.0/mlflow/logged-models/{teacher_model}/artifacts/files",
-                            artifact_file_path="input_example.json")
-        shown += [("gem_teacher v1", "input_example.json", example)] if here in example else []
+        for name in (TEACHER_MODEL, "student_search"):  # the input examples, relative to the workspace
+            model_id = rest.version(name, "1")["source"].removeprefix("models:/")
+            example = rest.text(f"/ajax-api/2.0/mlflow/logged-models/{model_id}/artifacts/files",
+                                artifact_file_path="input_example.json")
+            shown += [(f"{name} v1", "input_example.json", example)] if here in example else []
         assert not shown, shown
         # teacher and student compare column by column: the same holdout names, the surface a tag
         shared = {f"holdout/{k}" for k in tracking.HOLDOUT_FIGURES} - {"holdout/auc"}  # no AUC short of evidence
