@@ -30,6 +30,29 @@ class UsageError(UserError, ValueError):
     """Options that do not go together, or one that is missing."""
 
 
+# files that are not there are the user's to give: refused like a UserError
+_REFUSED_BUILTINS = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
+
+
+def is_user_error_class(cls: type) -> bool:
+    """Whether exceptions of ``cls`` are refusals of an input or setting (UserError and
+    its subclasses, a file that is not there)."""
+    return isinstance(cls, type) and issubclass(cls, (UserError, *_REFUSED_BUILTINS))
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """A refused input or setting, not a bug: gem's UserError classes (every layer's
+    refusals derive from it: a window, a dataset, a surface, an output folder refused), a
+    file that is not there, an MLflow registry name or alias that does not exist."""
+    import sys
+
+    if is_user_error_class(type(exc)):
+        return True
+    mlflow_errors = sys.modules.get("mlflow.exceptions")  # only loaded when mlflow was
+    return (mlflow_errors is not None and isinstance(exc, mlflow_errors.MlflowException)
+            and getattr(exc, "error_code", "") in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"))
+
+
 # -- failures of the machine, not of the input or of the code ------------------------------
 
 EXIT_MACHINE = 1  # a run that failed; without a traceback when the machine is the cause

@@ -88,7 +88,7 @@ def cut_windows(data: str | Path, cuts: list[str]) -> Windows:
                    end=points[3].isoformat())
 
 
-class WindowError(ValueError):
+class WindowError(UserError, ValueError):
     """A protocol window the data cannot fill: no example, or examples of one label only."""
 
 

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 
-from gem.errors import EXIT_MACHINE, EXIT_USER_ERROR, UserError, machine_failure
+from gem.errors import EXIT_MACHINE, EXIT_USER_ERROR, is_user_error, machine_failure
 
 # command -> (module defining register(), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -72,24 +72,6 @@ def _register_unavailable(sub: argparse._SubParsersAction, name: str, help_text:
         return 2
 
     parser.set_defaults(func=unavailable)
-
-
-def is_user_error(exc: BaseException) -> bool:
-    """A refused input or setting, not a bug: gem's UserError classes, and the errors of
-    the layers that name their input (an output folder refused, a dataset or a window
-    the contract rejects, a file that is not there, a registry name or alias unknown)."""
-    if isinstance(exc, (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError)):
-        return True
-    from gem.data.profile import SurfaceError
-    from gem.features.validation import DatasetRejected
-    from gem.protocol import WindowError
-    from gem.utils.outputs import OutputFolderError
-
-    if isinstance(exc, (OutputFolderError, DatasetRejected, SurfaceError, WindowError)):
-        return True
-    mlflow_errors = sys.modules.get("mlflow.exceptions")  # only loaded when mlflow was
-    return (mlflow_errors is not None and isinstance(exc, mlflow_errors.MlflowException)
-            and exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"))
 
 
 def user_error_text(exc: BaseException) -> str:

@@ -112,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         run_gem_pipeline(args.workspace, **params)
-    except UserError:  # another run holds the workspace (gem_app.locks.Busy): exit 2, naming it
+    except UserError:  # another run holds the workspace (Busy), a step refused its input: exit 2, naming it
         raise
     except RuntimeError as exc:  # a task failed: its last lines are already on stderr
         print(f"error: {exc}", file=sys.stderr)

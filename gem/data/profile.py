@@ -34,11 +34,12 @@ from gem.data.contract import (
     DatasetHandle,
     event_files,
 )
+from gem.errors import UserError
 
 US_PER_DAY = 86_400_000_000
 
 
-class SurfaceError(ValueError):
+class SurfaceError(UserError, ValueError):
     """A surface was asked for that the dataset does not have."""
 
 

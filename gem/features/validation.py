@@ -24,12 +24,13 @@ import pyarrow.parquet as pq
 
 from gem.data.contract import DatasetHandle
 from gem.data.validate import dataset_stamp, validate_dataset
+from gem.errors import UserError
 
 log = logging.getLogger(__name__)
 ON_INVALID = ("refuse", "quarantine")
 
 
-class DatasetRejected(ValueError):
+class DatasetRejected(UserError, ValueError):
     """The features build's input breaks the data contract."""
 
 

@@ -24,11 +24,13 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable
 
+from gem.errors import UserError
+
 MARKER = ".gem-output"
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 
 
-class OutputFolderError(ValueError):
+class OutputFolderError(UserError, ValueError):
     """An output folder that a command must not write into."""
 
 

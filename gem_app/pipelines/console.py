@@ -32,7 +32,35 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _START = re.compile(r"Executing task '([^']+)'")
 _END = re.compile(r"Task '([^']+)' finished with status (\w+)")
 _SUFFIX = re.compile(r"-\d+$")
+_RAISED = re.compile(r"^(?P<indent>\s*)(?P<cls>[A-Za-z_][\w.]*): (?P<message>.+)$")
 TAIL_LINES = 40
+
+
+def step_error(lines: list[str]) -> tuple[type, str] | None:
+    """The exception class and message a failed step's log ends with (the last traceback's
+    final line), when the class is a builtin or one of the project's; None otherwise."""
+    import builtins
+    import importlib
+
+    starts = [i for i, line in enumerate(lines) if line.strip() == "Traceback (most recent call last):"]
+    if not starts:
+        return None
+    indent = len(lines[starts[-1]]) - len(lines[starts[-1]].lstrip())
+    for line in lines[starts[-1] + 1:]:
+        match = _RAISED.match(line)
+        if match and len(match["indent"]) == indent:
+            module, _, name = match["cls"].rpartition(".")
+            if not module:
+                cls = getattr(builtins, name, None)
+            elif module.split(".")[0] in ("gem", "gem_app", "students"):
+                try:
+                    cls = getattr(importlib.import_module(module), name, None)
+                except ImportError:
+                    cls = None
+            else:
+                cls = None
+            return (cls, match["message"].strip()) if isinstance(cls, type) else None
+    return None
 
 
 @dataclass
@@ -69,6 +97,8 @@ class PipelineConsole(io.TextIOBase):
         self._bars: dict[str, int] = {}
         self._warned: set[str] = set()  # each warning once per run (every window's report repeats the data's)
         self.failed: _Step | None = None
+        self.refused: str = ""  # a step that refused its input: the refusal's message
+        self.machine: str = ""  # a step the machine failed: the resource and what to do
 
     # ---------------------------------------------------------------- context
     def __enter__(self) -> "PipelineConsole":
@@ -187,7 +217,24 @@ class PipelineConsole(io.TextIOBase):
                 self._say(f"  ! {step.name}: warning: {text}")
 
     def _print_failure(self, step: _Step) -> None:
-        lines = step.log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
+        """A refusal of the input (a UserError) or a failure of the machine: one line, its
+        message is the run's error; anything else: the step's last lines."""
+        from gem.errors import is_user_error_class, machine_failure
+
+        text = step.log.read_text(errors="replace").splitlines()
+        raised = step_error(text)
+        if raised is not None and is_user_error_class(raised[0]):
+            self.refused = raised[1]
+            self.console.print(f"[red]✗[/red] {step.name:<28} {step.seconds:7.1f} s  refused its input",
+                               soft_wrap=True)
+            return
+        if raised is not None and issubclass(raised[0], OSError):
+            self.machine = machine_failure(raised[0](raised[1])) or ""
+            if self.machine:
+                self.console.print(f"[red]✗[/red] {step.name:<28} {step.seconds:7.1f} s  stopped by the machine",
+                                   soft_wrap=True)
+                return
+        lines = text[-TAIL_LINES:]
         self._say("\n".join([f"✗ {step.name} failed after {step.seconds:.1f} s; its last {len(lines)} lines "
                               f"(whole log: {step.log}):", *(f"  {line}" for line in lines)]))
 

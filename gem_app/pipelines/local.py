@@ -8,6 +8,8 @@ import logging
 import secrets
 from pathlib import Path
 
+from gem.errors import MachineError, UserError
+
 log = logging.getLogger(__name__)
 
 # the sizes of every stage, by the name `pipeline run --preset` and `refresh --preset` take
@@ -35,6 +37,16 @@ def init_local(pipeline_root: Path) -> None:
                raise_on_error=True)
 
 
+class StepRefused(UserError, RuntimeError):
+    """A step refused its input (its UserError, in the task's process): the run failed
+    before its commit, and the message is the step's own (exit 2 from ``python -m gem``)."""
+
+
+class StepStopped(MachineError, RuntimeError):
+    """The machine stopped a step (a full disk, the file size limit): the resource and
+    what to do (exit 1 from ``python -m gem``, in one line)."""
+
+
 def run_pipeline(workspace: str | Path, *, refresh: bool = False, cuts: list[str] | None = None, **params) -> dict:
     """Run gem_pipeline (or refresh_pipeline) locally; returns the summary it wrote to the
     workspace. ``tracking_root`` defaults to the workspace (MLflow on sqlite there).
@@ -50,9 +62,18 @@ def run_pipeline(workspace: str | Path, *, refresh: bool = False, cuts: list[str
     workspace.mkdir(parents=True, exist_ok=True)
     init_local(workspace / "kfp")
     run_id = params.pop("run_id", None) or new_run_id()
-    with exclusive(workspace, "pipeline", what="pipeline run"), PipelineConsole(workspace):
+    with exclusive(workspace, "pipeline", what="pipeline run"), PipelineConsole(workspace) as console:
         write_cuts(workspace, cuts)  # ingest reads them there (the compiled graph has no such parameter)
-        make_gem_pipeline(None, refresh=refresh)(workspace=str(workspace), run_id=run_id, **params)
+        try:
+            make_gem_pipeline(None, refresh=refresh)(workspace=str(workspace), run_id=run_id, **params)
+        except RuntimeError as exc:  # a task failed; the console read why in its log
+            step = console.failed.name if console.failed else "a step"
+            if console.refused:
+                raise StepRefused(f"{console.refused}\n(the pipeline's {step} refused it; its log: "
+                                  f"{console.failed.log if console.failed else workspace / 'logs'})") from None
+            if console.machine:
+                raise StepStopped(f"{console.machine} (in the pipeline's {step})") from exc
+            raise
     return json.loads((workspace / "summary.json").read_text())
 
 

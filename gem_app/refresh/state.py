@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from gem.data.contract import day_dir, event_days
-from gem.errors import UserError
+from gem.errors import MachineError, UserError
 from gem.utils.atomic import write_json
 from gem_app.locks import Busy, exclusive
 from gem_app.stages.late_data import LATE_DATA_POLICIES, LateData, LateDataRefused, find_late_data  # noqa: F401 (re-exported: the refresh's names)
@@ -195,8 +195,9 @@ def run_refresh(cfg: RefreshConfig, cycle: Callable[..., dict]) -> list[dict]:
                      f" with a backfill from {backfill['from']}" if backfill else "")
             try:
                 result = cycle(days, backfill=backfill) if backfill else cycle(days)
-            except Exception:
-                log.exception("refresh: cycle for %s failed; state stays at %s", days, state.get("last_day"))
+            except Exception as exc:
+                if not isinstance(exc, (UserError, MachineError)):  # those: one line from the caller
+                    log.exception("refresh: cycle for %s failed; state stays at %s", days, state.get("last_day"))
                 state["last_failure"] = {"days": [d.isoformat() for d in days],
                                          "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
                 _write_state(state_dir, state)
@@ -227,7 +228,7 @@ def run_every(interval_s: float, tick: Callable[[], object], *, max_ticks: int |
             tick()
         except RefreshBusy as exc:
             log.warning("refresh: %s", exc)
-        except UserError as exc:  # a refused input: its message says it all
+        except (UserError, MachineError) as exc:  # a refused input, the machine: its message says it all
             log.error("refresh: %s", exc)
         except Exception:  # noqa: BLE001 - the schedule must survive one bad cycle
             log.exception("refresh: tick failed; next one on schedule")

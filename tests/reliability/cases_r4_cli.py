@@ -81,6 +81,13 @@ CASES: tuple = (
          f"{_W}[distill-overlapping-windows]", 42, UNCLEAR),
     Case("pipeline-cuts-outside", 5, "pipeline run --cut outside the data: failed in ingest, 40 lines, rc 1",
          f"{_W}[pipeline-cuts-outside]", 42, UNCLEAR),
+    Case("pipeline-step-refusal", 5, "a refusal inside a pipeline task (a window the data cannot fill, by pipeline "
+         "run and refresh): the task's last 40 lines, exit 1",
+         f"{_R}/test_rel_r4_cli_refusals.py::test_a_step_refusing_its_input_is_the_runs_refusal_not_40_lines_of_its_log"
+         "[refused]", 42, UNCLEAR),
+    Case("pipeline-step-disk-full", 5, "a full disk inside a pipeline task: the task's last 40 lines",
+         f"{_R}/test_rel_r4_cli_refusals.py::test_a_step_refusing_its_input_is_the_runs_refusal_not_40_lines_of_its_log"
+         "[disk-full]", 42, UNCLEAR),
     Case("refusals-entry-point", 5, "refusals printed a traceback or argparse's whole usage block",
          f"{_R}/test_rel_r4_cli_refusals.py::test_refusals_through_the_real_entry_point", 42, UNCLEAR),
 )

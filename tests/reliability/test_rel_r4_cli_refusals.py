@@ -183,3 +183,56 @@ def test_a_scheduler_states_a_refused_pass_in_one_line_and_keeps_its_schedule(in
     refused = [r for r in caplog.records if "window_end" in r.getMessage()]
     assert len(refused) == 1 and "\n" not in refused[0].getMessage() and not refused[0].exc_info
     assert "day=2026-01-05" in refused[0].getMessage() and "extend window_end" in refused[0].getMessage()
+
+
+def _failing_pipeline(*raised: str):
+    """A stand-in for gem_pipeline whose ingest task fails with ``raised`` (the lines kfp
+    prints of a task's traceback, indented as it indents them)."""
+
+    def make(_root, refresh=False):
+        def run(**params):
+            print("08:17:01.812 - INFO - Executing task 'ingest'")
+            print("    Traceback (most recent call last):")
+            print('      File "/work/main/gem_app/stages/ingest.py", line 165, in ingest')
+            print("        chosen = evidence_windows(ws / 'clean', proof)")
+            for line in raised:
+                print(f"    {line}")
+            print("08:17:14.513 - ERROR - Task 'ingest' finished with status FAILURE")
+            raise RuntimeError("Pipeline 'gem-pipeline' finished with status FAILURE. Inner task failed: 'ingest'.")
+
+        return run
+
+    return make
+
+
+@pytest.mark.parametrize("raised, rc, names", [
+    (["gem.protocol.WindowError: /ws/clean: no surface reaches >= 200 examples in both the student and the "
+      "holdout window. Lower the evidence"], 2, ["no surface reaches >= 200 examples", "ingest refused it"]),
+    (["OSError: [Errno 28] No space left on device"], 1, ["no space left on the device", "free space",
+                                                          "the pipeline's ingest"]),
+], ids=["refused", "disk-full"])
+def test_a_step_refusing_its_input_is_the_runs_refusal_not_40_lines_of_its_log(inputs, tmp_path, capfd,
+                                                                               monkeypatch, raised, rc, names):
+    """A refusal raised inside a pipeline task (its own process: a window the data cannot
+    fill, by `pipeline run` and by `refresh`) printed the task's last 40 lines and exit 1."""
+    import gem_app.pipelines.gem_pipeline as gem_pipeline
+
+    monkeypatch.setattr(gem_pipeline, "make_gem_pipeline", _failing_pipeline(*raised))
+    workspace = tmp_path / "ws"
+    assert main(["pipeline", "run", "--data", inputs["data"], "--workspace", str(workspace), "--preset", "tiny"]) == rc
+    captured = capfd.readouterr()
+    lines = refusal_lines(captured.err)
+    assert 1 <= len(lines) <= 2 and lines[0].startswith("error: ") and "Traceback" not in captured.err, captured.err
+    for name in names:
+        assert name in captured.err, (name, captured.err)
+    assert "refused its input" in captured.out or "stopped by the machine" in captured.out
+
+
+def test_a_step_failing_with_a_bug_still_shows_its_last_lines(inputs, tmp_path, capfd, monkeypatch):
+    import gem_app.pipelines.gem_pipeline as gem_pipeline
+
+    monkeypatch.setattr(gem_pipeline, "make_gem_pipeline", _failing_pipeline("ZeroDivisionError: division by zero"))
+    assert main(["pipeline", "run", "--data", inputs["data"], "--workspace", str(tmp_path / "ws"),
+                 "--preset", "tiny"]) == 1
+    err = capfd.readouterr().err
+    assert "ingest failed" in err and "ZeroDivisionError: division by zero" in err and "Traceback" in err
