@@ -33,6 +33,7 @@ import torch
 from gem.data.contract import ITEM_ATTRIBUTES, USER_ATTRIBUTES
 from gem.features.feast_repo import open_store
 from gem.features.vocab import Vocabularies
+from students.lineage import check_serving
 from students.model import StudentInputs, VerticalStudent
 from students.online import OnlineReader
 from students.request_dense import RequestDense, check_servable
@@ -48,6 +49,7 @@ class Scorer:
                  cache_items: bool = False, user_reads: str = "online_read") -> None:
         if user_reads not in ("online_read", "sdk"):
             raise ValueError(f"user_reads={user_reads!r} must be 'online_read' or 'sdk'")
+        check_serving(model, repo_dir, vocab_dir)  # its own teacher's knowledge and vocabularies only
         check_servable(list(model.cfg.dense_features))  # before any store is opened
         self.model = model.eval()
         vocab = Vocabularies.read(Path(vocab_dir))

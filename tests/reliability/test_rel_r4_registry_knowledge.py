@@ -194,8 +194,6 @@ def test_the_serving_check_refuses_another_store_and_a_student_reading_no_knowle
     assert knowledge_problem(student, other_dataset) == ""
 
 
-@pytest.mark.xfail(strict=True, reason="until students/serving.py Scorer.__init__ calls students.lineage."
-                                       "check_serving (issue 42 item 1; the lead's file)")
 def test_the_online_scorer_refuses_another_datasets_store(store, other_dataset):
     from students.serving import Scorer
     from students.store import load_student
