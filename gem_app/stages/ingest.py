@@ -92,9 +92,11 @@ def validate(data: str, out: str, report_dir: str, ctx: RunContext, max_quaranti
             ("quarantined", report.quarantined_rows)) for table, n in counts.items()})
         mlflow.log_metrics({f"quarantine/{reason}": n for reason, n in report.reasons.items()})
         mlflow.log_artifact(report.report_path)
-    if report.quarantined_fraction > max_quarantine_fraction:
-        raise ValueError(f"{data}: {report.quarantined_fraction:.4%} of rows quarantined, above the allowed "
-                         f"{max_quarantine_fraction:.4%}; see {report.quarantine_path}")
+    if report.quarantined_fraction > max_quarantine_fraction:  # the user's data: a refusal (exit 2), not a crash
+        from gem.features.validation import DatasetRejected
+
+        raise DatasetRejected(f"{data}: {report.quarantined_fraction:.4%} of rows quarantined, above the allowed "
+                              f"{max_quarantine_fraction:.4%}; each row and its reason: {report.quarantine_path}")
     return report
 
 
@@ -161,7 +163,9 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
                                 teacher_days=teacher_days)
     else:
         if teacher_days:
-            raise ValueError("teacher_days (continued pretraining) takes --student-days and --holdout-days")
+            from gem.errors import UserError
+
+            raise UserError("teacher_days (continued pretraining) takes --student-days and --holdout-days")
         chosen = evidence_windows(ws / "clean", proof, student_days=student_days, holdout_days=holdout_days)
         windows = chosen.windows
     # students only where the student and holdout windows can train and rank (fails fast

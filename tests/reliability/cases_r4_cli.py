@@ -90,4 +90,7 @@ CASES: tuple = (
          "[disk-full]", 42, UNCLEAR),
     Case("refusals-entry-point", 5, "refusals printed a traceback or argparse's whole usage block",
          f"{_R}/test_rel_r4_cli_refusals.py::test_refusals_through_the_real_entry_point", 42, UNCLEAR),
+    Case("ingest-quarantine-over-limit", 6, "a quarantine over the limit: 119 lines of nested tracebacks",
+         f"{_R}/test_rel_r4_ingest.py::test_a_quarantine_over_the_limit_is_a_refusal_naming_the_rows_file", 42,
+         UNCLEAR),
 )
