@@ -179,4 +179,9 @@ def report_warnings(report: dict, data_warnings: list[str] | None = None) -> lis
             out.append(f"surface {surface!r} has no positive click in the window ({rates['examples']} examples)")
     if clicks in (0.0, float(n)):
         out.append(f"label 'click' is constant over the window's {n} examples")
+    from gem.limits import build_warning
+
+    long_histories = build_warning(report)
+    if long_histories:
+        out.append(long_histories)
     return list(dict.fromkeys(out))

@@ -64,6 +64,8 @@ class TrainConfig:
     system_metrics: bool = True
     log_model: bool = True
     measure_peak: bool = True
+    # train on a window whose histories are longer than the kernels' tested range (gem/limits.py)
+    allow_long_sequences: bool = False
 
     def validate(self) -> "TrainConfig":
         """Every setting checked before any work (ConfigError naming the key)."""

@@ -80,9 +80,11 @@ def train_lightning(features: str, out: str | Path, cfg: TrainConfig, model_cfg:
                     eval_features: str | None = None, split=None, eval_part: str = ""):
     from lightning.pytorch.loggers import MLFlowLogger
 
+    from gem.limits import check_sequence_lengths
     from gem.training.trainer import RunResult, check_trainable, make_loader, seed_everything, split_parts
 
     cfg.validate()
+    check_sequence_lengths(features, cfg.allow_long_sequences)  # before any work (gem/limits.py)
     seed_everything(cfg.seed)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -21,8 +21,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gem import limits
 from gem.config import flatten, run_params
 from gem.data.batch import FeatureSpec
+from gem.limits import check_sequence_lengths
 from gem.model import ModelConfig, batch_forward_flops, build_model, count_parameters
 from gem.protocol import Split
 from gem.training.checkpoint import Checkpointer, copy_into, rng_state, set_rng_state
@@ -256,6 +258,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     split_parts), row for row; a resumed run must have the same split."""
     launch = process_start_time()
     cfg.validate()
+    longest = check_sequence_lengths(features, cfg.allow_long_sequences)  # before the run folder or the model
     eval_features, eval_part = split_parts(split, features, eval_features, eval_part)
     out = Path(out)
     env = init_distributed()
@@ -282,6 +285,10 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     try:
         loader = make_loader(features, cfg, train=True, split=split, part="train")
         check_trainable(cfg, loader, features)
+        # a line before the work whose time grows with the histories: the probe's forward, then the first step
+        log.info("training: batches of %d, histories of up to %d events (the kernels' tested range: %d); building "
+                 "the model, then the first step (a line when it is done, then every %d steps)", cfg.batch_size,
+                 longest, limits.MAX_TESTED_SEQ_LEN, cfg.log_every)
         spec = loader.spec
         model = build_model(model_cfg, spec)
         if init_from:
@@ -367,6 +374,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                 meter.step_end(batch.batch_size)
                 step += 1
                 guard.observe(result.loss, step)
+                if step == progress["step"] + 1:  # this process's first step: progress within one step's time
+                    log.info("first step done in %.1fs (batch of %d)", meter.step_seconds, batch.batch_size)
                 running.update(result.probs, local.labels, local.surface)
                 if cfg.log_every and step % cfg.log_every == 0:
                     guard.check()

@@ -7,6 +7,7 @@ from tests.reliability.cases import _R, SILENT_WRONG, UNCLEAR, Case
 
 _T = f"{_R}/test_rel_r4_cli.py"
 _W = f"{_R}/test_rel_r4_cli_refusals.py::test_every_refusal_is_one_or_two_lines_exit_2_without_a_traceback"
+_L = f"{_R}/test_rel_r4_long.py"
 
 CASES: tuple = (
     # case 2 (item 2): nothing that produces results exits 0 with none
@@ -93,4 +94,16 @@ CASES: tuple = (
     Case("ingest-quarantine-over-limit", 6, "a quarantine over the limit: 119 lines of nested tracebacks",
          f"{_R}/test_rel_r4_ingest.py::test_a_quarantine_over_the_limit_is_a_refusal_naming_the_rows_file", 42,
          UNCLEAR),
+    # case 4: long sequences (gem/limits.py: the kernels' tested range, 4,096 events)
+    Case("train-history-past-kernel-range", 4, "one user's 205,618 events under max_seq_len 65536: gem train logged "
+         "no step in 4 minutes, nothing printed, stuck in the attention's fused backward",
+         f"{_L}::test_train_refuses_a_window_past_the_kernels_range_before_any_work", 42, UNCLEAR),
+    Case("train-max-seq-len-8192", 4, "a max_seq_len past the kernels' tested range trained without a word",
+         f"{_L}::test_the_real_limit_refuses_max_seq_len_8192", 42, UNCLEAR),
+    Case("features-history-past-kernel-range", 4, "a features build keeping 65,536-event histories said nothing of "
+         "the kernels' range", f"{_L}::test_the_features_build_warns_of_histories_past_the_kernels_range", 42,
+         UNCLEAR),
+    Case("train-long-override-progress", 4, "nothing printed before or after the first (long) step; no way to "
+         "train past the limit on purpose",
+         f"{_L}::test_the_override_trains_and_progress_is_shown_before_and_after_the_first_step", 42, UNCLEAR),
 )
