@@ -106,4 +106,6 @@ CASES: tuple = (
     Case("train-long-override-progress", 4, "nothing printed before or after the first (long) step; no way to "
          "train past the limit on purpose",
          f"{_L}::test_the_override_trains_and_progress_is_shown_before_and_after_the_first_step", 42, UNCLEAR),
+    Case("ctrl-c-one-line", 4, "Ctrl-C during training printed a KeyboardInterrupt traceback, exit 1",
+         f"{_R}/test_rel_r4_long.py::test_ctrl_c_is_one_line_and_exit_130", 42, UNCLEAR),
 )

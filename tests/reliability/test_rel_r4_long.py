@@ -84,3 +84,21 @@ def test_the_override_trains_and_progress_is_shown_before_and_after_the_first_st
     after = [i for i, line in enumerate(lines) if line.startswith("first step done in")]
     assert before and after and before[0] < after[0], lines
     assert f"the kernels' tested range: {LIMIT}" in lines[before[0]]
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    """Ctrl-C during any command: one line naming it and the shell's code for SIGINT (130),
+    no KeyboardInterrupt traceback (the case 4 run printed one)."""
+    from gem_app import cli
+
+    parser = cli.build_parser()
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    for action in parser._subparsers._group_actions[0].choices.values():
+        action.set_defaults(func=interrupted)
+    assert cli.main(["train", "--features", "x", "--out", "y"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted: gem train stopped (Ctrl-C)" and "Traceback" not in err
