@@ -22,6 +22,9 @@ from pathlib import Path
 
 MAX_TESTED_SEQ_LEN = 4096  # kernels/README.md: the long benchmark batch's longest sequence
 OVERRIDE = "allow_long_sequences"
+# gem.training.data.SYNTHETIC_PREFIX, spelt here: the features build imports this module and
+# the library's layers keep features below training (tests/test_layers.py)
+SYNTHETIC = "synthetic://"
 
 
 def longest_stored(sequence_length: dict) -> int:
@@ -58,10 +61,8 @@ def build_warning(report: dict) -> str | None:
 def window_longest(features: str) -> tuple[int, int]:
     """(max_seq_len, longest stored history, an upper bound) of a features directory,
     from its manifest and report.json; of ``synthetic://...?max_seq_len=L``, (L, L)."""
-    from gem.training.data import SYNTHETIC_PREFIX
-
-    if features.startswith(SYNTHETIC_PREFIX):
-        query = features[len(SYNTHETIC_PREFIX):].partition("?")[2]
+    if features.startswith(SYNTHETIC):
+        query = features[len(SYNTHETIC):].partition("?")[2]
         opts = dict(item.split("=", 1) for item in query.split("&") if "=" in item)
         try:
             length = int(opts.get("max_seq_len", 16))
@@ -86,7 +87,7 @@ def check_sequence_lengths(features: str, allow: bool) -> int:
     max_seq_len, longest = window_longest(features)
     limit = MAX_TESTED_SEQ_LEN
     if longest > limit and not allow:
-        way = (f"generate them with max_seq_len={limit}" if features.startswith("synthetic://")
+        way = (f"generate them with max_seq_len={limit}" if features.startswith(SYNTHETIC)
                else f"rebuild the features with --set max_seq_len={limit}")
         raise ConfigError(
             f"{features}: histories of up to {longest:,} events (the window's max_seq_len {max_seq_len:,}) are longer "

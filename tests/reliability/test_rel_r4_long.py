@@ -102,3 +102,10 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     assert cli.main(["train", "--features", "x", "--out", "y"]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "interrupted: gem train stopped (Ctrl-C)" and "Traceback" not in err
+
+
+def test_the_synthetic_scheme_spelt_in_gem_limits_is_the_loaders():
+    from gem.limits import SYNTHETIC
+    from gem.training.data import SYNTHETIC_PREFIX
+
+    assert SYNTHETIC == SYNTHETIC_PREFIX
