@@ -40,7 +40,8 @@ passed by then).
     python -m benchmarks.reliability_bench --faults-from benchmarks/results/reliability.json
 
 (the second reruns the defect tests only, ~10 min, and keeps the fault points' cases of
-the earlier file, saying when they were recorded: ``faults_recorded_at``)
+the earlier file, saying when they were recorded: ``faults_recorded_at``; with ``--points``
+as well, those points run again and join or replace the earlier file's cases)
 
 Writes <results>/reliability.json: cases tried, passed, silent losses, and each case.
 """
@@ -253,13 +254,15 @@ def fault_cases(tmp: Path, points: list[str]) -> list[dict] | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--points", default=",".join(POINTS), help="fault points (comma-separated)")
+    parser.add_argument("--points", default=None,
+                        help="fault points (comma-separated; default all); with --faults-from: these are run "
+                             "again and replace or join the earlier file's fault cases")
     parser.add_argument("--no-tests", action="store_true", help="skip the tests/reliability cases")
     parser.add_argument("--faults-from", type=Path, default=None,
                         help="rerun the defect tests only; the fault points' cases are those of this earlier "
                              "reliability.json (its written_at is recorded as faults_recorded_at)")
     args = parser.parse_args(argv)
-    points = [p for p in args.points.split(",") if p]
+    points = [p for p in (args.points or ",".join(POINTS)).split(",") if p]
     started = time.perf_counter()
     earlier = json.loads(args.faults_from.read_text()) if args.faults_from else None
     with tempfile.TemporaryDirectory(prefix="gem-reliability-") as tmp:
@@ -267,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         tests = {"cases": [], "tried": 0, "passed": 0} if args.no_tests else reliability_tests(tmp)
         if earlier is not None:
             faults = [c for c in earlier["cases"] if c["case"].startswith("fault:")]
+            if args.points:  # run these points now; the other points' cases as recorded earlier
+                fresh = fault_cases(tmp, points)
+                if fresh is None:
+                    return 1
+                faults = [c for c in faults if c["case"] not in {f["case"] for f in fresh}] + fresh
         else:
             faults = fault_cases(tmp, points)
             if faults is None:
