@@ -97,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for SIGINT, not a traceback
         if debug:
             raise
-        print(f"interrupted: gem {args.command} stopped (Ctrl-C)",
-              file=sys.stderr)
+        print(f"interrupted: gem {args.command} stopped (Ctrl-C)", file=sys.stderr)
         return 130
     except Exception as exc:
         if debug:

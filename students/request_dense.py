@@ -26,7 +26,6 @@ has no last-event time) is refused when the scorer is built, never served as 0.
 from __future__ import annotations
 
 import datetime as dt
-import math
 
 import numpy as np
 
@@ -42,11 +41,16 @@ from gem.features.counters import (
     counter_features,
     counter_names,
 )
+from gem.features.segments import US_PER_S
+from gem.features.shards import DENSE_FEATURES, dense_features
 from students.online import OnlineReader
 
 REQUEST_FEATURES = ("log_history_len", "hour_of_day_sin", "hour_of_day_cos")
 USER_PRIOR_FEATURES = ("user_prior_ad_ctr", "log_user_prior_ad_impressions")
 SERVABLE = (*REQUEST_FEATURES, *USER_PRIOR_FEATURES, *COUNTER_FEATURES)
+# training's per-example features (gem.features.shards.dense_features) this scorer computes
+# with the same function; log_seconds_since_last_event is not among them (no last-event time online)
+SHARD_FEATURES = tuple(n for n in DENSE_FEATURES if n in SERVABLE)
 ITEM_KINDS = ("item", "advertiser", "category", "surface_item")
 GLOBAL_COLUMNS = tuple(count_column(GLOBAL, h, s) for h in HORIZONS for s in SIGNALS)
 
@@ -114,23 +118,20 @@ class RequestDense:
         """float32 (N, D), D = the student's dense features in its order."""
         n = len(item_features)
         moment = now if now.tzinfo else now.replace(tzinfo=dt.timezone.utc)  # naive = UTC, as the log's times
-        angle = 2 * math.pi * (moment.timestamp() % 86_400) / 86_400
-        values: dict[str, float | np.ndarray] = {"log_history_len": math.log1p(history_count),
-                                                 "hour_of_day_sin": math.sin(angle),
-                                                 "hour_of_day_cos": math.cos(angle)}
+        user = (self._rows("user", [int(user_id)], now)[0] or {}) if self.user_counts_needed else {}
+        # the user's labelled (ad) rows so far, as the shards count them before an example
+        impressions = user.get(count_column("user", "all", "impressions")) or 0
+        clicks = user.get(count_column("user", "all", "clicks")) or 0
+        shard = dense_features(np.array([round(moment.timestamp() * US_PER_S)]), np.array([history_count]),
+                               np.zeros(1), np.array([impressions]), np.array([clicks]))[0]
+        values: dict[str, float | np.ndarray] = {name: shard[DENSE_FEATURES.index(name)] for name in SHARD_FEATURES}
         values.update({name: item_features[:, j] for j, name in enumerate(self.item_names)})
-        if self.user_counts_needed:
-            user = self._rows("user", [int(user_id)], now)[0] or {}
-            impressions = user.get(count_column("user", "all", "impressions")) or 0
-            clicks = user.get(count_column("user", "all", "clicks")) or 0
-            values["user_prior_ad_ctr"] = (clicks + 1.0) / (impressions + 50.0)  # gem.features.shards
-            values["log_user_prior_ad_impressions"] = math.log1p(impressions)
-            if self.request_names:
-                log = self._seen(user) if user else self._globals  # an unseen user: the log's counts as last read
-                counts = {c: np.array([float(user.get(c) or 0)]) for c in view_columns("user")}
-                counts.update({c: np.array([log.get(c, 0.0)]) for c in GLOBAL_COLUMNS})
-                values.update(zip(self.request_names, _pick(counter_features(counts, ("user",)), ("user",),
-                                                             self.request_names)[0]))
+        if self.request_names:  # the user's and the log's counter features, for this request's one row
+            log = self._seen(user) if user else self._globals  # an unseen user: the log's counts as last read
+            counts = {c: np.array([float(user.get(c) or 0)]) for c in view_columns("user")}
+            counts.update({c: np.array([log.get(c, 0.0)]) for c in GLOBAL_COLUMNS})
+            values.update(zip(self.request_names, _pick(counter_features(counts, ("user",)), ("user",),
+                                                         self.request_names)[0]))
         dense = np.empty((n, len(self.names)), dtype=np.float32)
         for j, name in enumerate(self.names):
             dense[:, j] = values[name]
