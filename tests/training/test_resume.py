@@ -45,17 +45,31 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     assert (killed / "checkpoints" / "latest").read_text().strip() == "step_00000016"
 
 
-def test_checkpoint_loads_weights_only_and_rejects_other_world_size(tmp_path):
-    from gem.training.checkpoint import Checkpointer
+def test_checkpoint_roundtrip_refuses_the_old_format_and_foreign_pickles(tmp_path):
+    import pickle
+
+    from gem.training.checkpoint import Checkpointer, CheckpointError, SafeReader, rng_state
 
     ckpt = Checkpointer(tmp_path / "ck")
-    state = {"a": torch.ones(2), "nested": {"b": [1, 2.5, "x"]}, "rng": torch.get_rng_state()}
-    ckpt.save(3, state)
-    assert ckpt.latest().name == "step_00000003"
-    loaded = ckpt.load()
-    torch.testing.assert_close(loaded["a"], state["a"])
-    assert loaded["nested"]["b"] == [1, 2.5, "x"]
-    import pytest
+    tensors = {"a": torch.arange(6.0).reshape(2, 3), "nested": {"b": torch.ones(4)}}
+    path = ckpt.save(3, tensors, {"progress": {"step": 3}, "loader": {"position": 1}}, rng_state())
+    assert ckpt.latest() == path and path.name == "step_00000003"
+    state = ckpt.read_state()
+    assert state["progress"] == {"step": 3} and state["world_size"] == 1 and "torch" in state["rng"]
+    into = {"a": torch.zeros(2, 3), "nested": {"b": torch.zeros(4)}}
+    ckpt.load_tensors(path, into)
+    torch.testing.assert_close(into["a"], tensors["a"])
+    torch.testing.assert_close(into["nested"]["b"], tensors["nested"]["b"])
+    with pytest.raises(CheckpointError, match="does not fit this model"):
+        ckpt.load_tensors(path, {"a": torch.zeros(3, 3)})
 
-    with pytest.raises(ValueError, match="rank1.pt: missing"):
-        Checkpointer(tmp_path / "ck", rank=1, world_size=2).load()
+    (path / ".metadata").write_bytes(pickle.dumps(print))  # anything but DCP's metadata is refused
+    with pytest.raises(pickle.UnpicklingError, match="builtins.print is not a DCP metadata class"):
+        SafeReader(path).read_metadata()
+
+    old = tmp_path / "old" / "step_00000004"  # the per-rank format before DCP
+    old.mkdir(parents=True)
+    torch.save({"model": {}}, old / "rank0.pt")
+    (old.parent / "latest").write_text(old.name + "\n")
+    with pytest.raises(CheckpointError, match=r"per-rank files rank\*\.pt of the format before DCP"):
+        Checkpointer(old.parent).read_state()
