@@ -37,6 +37,10 @@ class StudentModelConfig:
     # capacity-matched baselines: learned user_id and item_id embeddings of this width
     # each, as wide as the teacher embeddings a representation-transfer student reads
     extra_id_dim: int = 0
+    # what a representation-transfer student reads of the teacher's user and item
+    # embeddings: "embeddings" (both, standardised), "score" (only their scaled dot
+    # product, the two-tower term of GEM's click logit) or "both"
+    teacher_inputs: str = "embeddings"
 
 
 @dataclass(kw_only=True)

@@ -6,7 +6,7 @@ the student's embedding dim. Input width X = (F + 1) * d + D + E (+ d for the su
 embedding of multi-surface domain models).
 
     x0 (B, X) = [sparse embeddings, mean of the h most recent history items (item table),
-                 dense, teacher embeddings]
+                 dense, teacher embeddings and/or their two-tower score (cfg.teacher_inputs)]
     x_{l+1} = x0 * (U_l (V_l x_l) + b_l) + x_l        (low-rank cross, rank r)
     cond logits (B, 2) = MLP(x_L)                       (click, conversion | click)
 
@@ -37,6 +37,17 @@ class StudentInputs:
         return int(self.sparse.shape[0])
 
 
+TEACHER_INPUTS = ("embeddings", "score", "both")
+
+
+def teacher_score(teacher_emb_BE: torch.Tensor) -> torch.Tensor:
+    """(B, 1): the teacher's two-tower term, user . item / sqrt(width), as GEM adds it to
+    its click logit (gem.model.heads.TwoTower.score); read from the raw embeddings, since
+    standardising each dimension would change the product."""
+    user, item = teacher_emb_BE.chunk(2, dim=1)
+    return (user * item).sum(1, keepdim=True) * user.shape[1] ** -0.5
+
+
 class LowRankCross(nn.Module):
     def __init__(self, dim: int, rank: int) -> None:
         super().__init__()
@@ -65,6 +76,10 @@ class VerticalStudent(nn.Module):
         self.item_pos = self.keys.index("item_id")
         self.surface_embedding = nn.Embedding(max(num_surfaces, 1), dim) if cfg.surface_input else None
         self.teacher_emb_dim = teacher_emb_dim
+        if cfg.teacher_inputs not in TEACHER_INPUTS:
+            raise ValueError(f"student.teacher_inputs={cfg.teacher_inputs!r} must be one of {TEACHER_INPUTS}")
+        teacher_width = ((teacher_emb_dim if cfg.teacher_inputs != "score" else 0)
+                         + (1 if teacher_emb_dim and cfg.teacher_inputs != "embeddings" else 0))
         # teacher embeddings are standardised with the training window's statistics
         self.register_buffer("emb_mean", torch.zeros(teacher_emb_dim))
         self.register_buffer("emb_std", torch.ones(teacher_emb_dim))
@@ -74,7 +89,7 @@ class VerticalStudent(nn.Module):
                                     for k in ("user_id", "item_id") if extra and k in cardinalities})
         for table in self.extra.values():
             nn.init.normal_(table.weight, std=0.05)
-        in_dim = ((len(self.keys) + 1 + int(cfg.surface_input)) * dim + num_dense + teacher_emb_dim
+        in_dim = ((len(self.keys) + 1 + int(cfg.surface_input)) * dim + num_dense + teacher_width
                   + extra * len(self.extra))
         self.in_dim = in_dim
         self.cross = nn.ModuleList(LowRankCross(in_dim, cfg.cross_rank) for _ in range(cfg.cross_layers))
@@ -96,7 +111,10 @@ class VerticalStudent(nn.Module):
             if x.teacher_emb is None or x.teacher_emb.shape[1] != self.teacher_emb_dim:
                 raise ValueError(f"the student was built for {self.teacher_emb_dim} teacher-embedding inputs, got "
                                  f"{None if x.teacher_emb is None else tuple(x.teacher_emb.shape)}")
-            parts.append((x.teacher_emb - self.emb_mean) / self.emb_std)
+            if self.cfg.teacher_inputs != "score":
+                parts.append((x.teacher_emb - self.emb_mean) / self.emb_std)
+            if self.cfg.teacher_inputs != "embeddings":
+                parts.append(teacher_score(x.teacher_emb))
         return torch.cat(parts, dim=1)
 
     def forward(self, x: StudentInputs) -> ModelOutput:

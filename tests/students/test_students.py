@@ -242,3 +242,39 @@ def test_distill_cli_registers_students(world, tmp_path):
     client = mlflow.MlflowClient(f"sqlite:///{(out / 'mlflow.db').resolve()}")
     mv = client.get_model_version("student_feed", "1")
     assert mv.tags["teacher_version"] == f"models:/{TEACHER_NAME}/1" and mv.tags["methods"] == "kd"
+
+
+def test_teacher_score_is_gems_two_tower_term(tables, teacher):
+    from students.model import teacher_score
+
+    train, _, _ = tables
+    user, item = train.teacher_emb.chunk(2, dim=1)
+    expected = teacher.model.two_tower.score(user, item)
+    assert torch.allclose(teacher_score(train.teacher_emb)[:, 0], expected, atol=1e-6)
+    assert float(expected.abs().mean()) > 0  # the knowledge carries the term, not zeros
+
+
+@pytest.mark.parametrize("inputs", ["score", "both"])
+def test_student_reads_the_teacher_score(tables, teacher, inputs, tmp_path):
+    from students.store import load_student, save_student
+    from students.train import predict
+
+    train, evaluation, spec = tables
+    rep, width = {"representation": {"enabled": True}}, train.teacher_emb.shape[1]
+    base = distill(train, evaluation, spec, _cfg(rep), teacher_model=teacher.model)
+    out = distill(train, evaluation, spec, _cfg(rep, student={**STUDENT, "teacher_inputs": inputs}),
+                  teacher_model=teacher.model)
+    model = out.students["feed"].model
+    extra = {"score": 1 - width, "both": 1}[inputs]  # the score replaces or joins the E embedding inputs
+    assert model.in_dim - base.students["feed"].model.in_dim == extra
+    assert not torch.allclose(_eval_probs(out, evaluation), _eval_probs(base, evaluation))
+    feed = evaluation.subset(evaluation.surface == 0)
+    assert torch.equal(predict(load_student(save_student(model, tmp_path / "student")), feed), predict(model, feed))
+
+
+def test_unknown_teacher_inputs_refused():
+    from students.model import VerticalStudent
+
+    cfg = from_dict(StudentModelConfig, {**STUDENT, "teacher_inputs": "logits"})
+    with pytest.raises(ValueError, match="teacher_inputs"):
+        VerticalStudent(cfg, {"item_id": 5, "user_id": 5}, 0, 16)
