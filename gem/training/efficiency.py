@@ -3,14 +3,17 @@ and the share of wall time spent in training steps.
 
 Definitions (what ``EfficiencyMeter.summary()`` reports):
 
-- model FLOPs per example = 3 x the forward FLOPs (forward + backward; checked against
-  a counted forward + backward, gem/model/flops.py), counted on real tokens only.
+- model FLOPs = 3 x the forward FLOPs (forward + backward; checked against a counted
+  forward + backward, gem/model/flops.py) of each trained batch, real tokens only
+  (gem/model/batch_flops.py prices every batch exactly from its history lengths); a
+  meter given no per-batch figure uses ``train_flops_per_example`` for every example.
 - training window = wall time from the end of the warm-up steps (the first step by
   default: lazy init, allocator growth, compile) to the end of the last step. It
   includes everything the loop does between steps (data loading, metrics, logging,
   checkpoints), so data stalls lower throughput and MFU.
 - ``examples_per_s`` and ``model_flops_per_s`` = examples and model FLOPs of the steps
-  inside the window / the window's wall time.
+  inside the window / the window's wall time; ``window()`` gives the same figures (and
+  the MFU) since its previous call, for the lines logged every ``log_every`` steps.
 - ``mfu`` = model_flops_per_s / (peak x world size); peak = the best rate of a large
   square matmul in the training dtype measured on this machine (not a datasheet
   number), kept as the best seen (``measure_peak_flops``).
@@ -121,8 +124,8 @@ def process_start_time() -> float:
 
 
 class EfficiencyMeter:
-    """Call ``step_begin()`` / ``step_end(examples)`` around each training step; see the
-    module docstring for the definitions."""
+    """Call ``step_begin()`` / ``step_end(examples, flops)`` around each training step; see
+    the module docstring for the definitions."""
 
     def __init__(self, train_flops_per_example: float, peak_flops: float, world_size: int = 1,
                  launch_time: float | None = None, warmup_steps: int = 1) -> None:
@@ -130,25 +133,28 @@ class EfficiencyMeter:
         self.warmup_steps, self.steps = warmup_steps, 0
         self.launch = launch_time or process_start_time()
         self.first_step_end: float | None = None  # wall clock (time.time())
-        self.step_seconds, self.examples = 0.0, 0  # all steps
+        self.step_seconds, self.examples, self.flops = 0.0, 0, 0.0  # all steps
         # The window: from the end of the warm-up steps to the end of the last step.
         self._window_start: float | None = None  # perf_counter()
         self._last_end = 0.0
-        self._window_examples, self._window_step_seconds = 0, 0.0
+        self._window_examples, self._window_flops, self._window_step_seconds = 0, 0.0, 0.0
         self._log_mark: float | None = None
-        self._log_examples = 0
+        self._log_examples, self._log_flops = 0, 0.0
         self._begin = 0.0
 
     def step_begin(self) -> None:
         self._begin = time.perf_counter()
 
-    def step_end(self, examples: int) -> None:
+    def step_end(self, examples: int, flops: float | None = None) -> None:
+        """``flops``: the step's model FLOPs (default: examples x train_flops_per_example)."""
         now = time.perf_counter()
         elapsed = now - self._begin
+        flops = examples * self.flops_per_example if flops is None else flops
         if self.first_step_end is None:
             self.first_step_end = time.time()
         self.step_seconds += elapsed
         self.examples += examples
+        self.flops += flops
         self.steps += 1
         self._last_end = now
         if self.steps <= self.warmup_steps:
@@ -157,37 +163,47 @@ class EfficiencyMeter:
         if self._window_start is None:  # warmup_steps == 0: the window opens at the first step's start
             self._window_start = self._log_mark = self._begin
         self._window_examples += examples
+        self._window_flops += flops
         self._window_step_seconds += elapsed
         self._log_examples += examples
+        self._log_flops += flops
+
+    def restart_window(self) -> None:
+        """Open the window now (after work between the warm-up and the next step that is not
+        the loop's, e.g. measuring the peak); only before any step of the window."""
+        if not self._window_examples:
+            self._window_start = self._log_mark = time.perf_counter()
 
     def window(self) -> dict[str, float]:
-        """Throughput over the wall time since the previous call (for per-step logging)."""
+        """``perf/window_*``: throughput and MFU over the wall time since the previous call
+        (or the end of the warm-up), for the lines logged every ``log_every`` steps."""
         now = time.perf_counter()
         mark = self._log_mark if self._log_mark is not None else now
-        figures = self._figures(self._log_examples, max(now - mark, 1e-9))
-        self._log_mark, self._log_examples = now, 0
-        return figures
+        figures = self._figures(self._log_examples, self._log_flops, max(now - mark, 1e-9))
+        self._log_mark, self._log_examples, self._log_flops = now, 0, 0.0
+        return {f"perf/window_{k.split('/')[1]}": v for k, v in figures.items()}
 
-    def _figures(self, examples: int, seconds: float) -> dict[str, float]:
-        flops = examples * self.flops_per_example / seconds
+    def _figures(self, examples: int, flops: float, seconds: float) -> dict[str, float]:
+        rate = flops / seconds
         return {
             "perf/examples_per_s": examples / seconds,
-            "perf/model_flops_per_s": flops,
+            "perf/model_flops_per_s": rate,
             # Peak is one device's; examples here are global across the world.
-            "perf/mfu": flops / (self.peak * self.world_size),
+            "perf/mfu": rate / (self.peak * self.world_size),
         }
 
     def summary(self) -> dict[str, float]:
         wall = time.time() - self.launch
         if self._window_examples:
             seconds = max(self._last_end - self._window_start, 1e-9)
-            out = self._figures(self._window_examples, seconds)
+            out = self._figures(self._window_examples, self._window_flops, seconds)
             out["perf/step_time_share"] = self._window_step_seconds / seconds
         else:  # no step after the warm-up: the steps' own time is all there is
-            out = self._figures(self.examples, max(self.step_seconds, 1e-9))
+            out = self._figures(self.examples, self.flops, max(self.step_seconds, 1e-9))
             out["perf/step_time_share"] = 1.0
         out["perf/startup_seconds"] = (self.first_step_end or time.time()) - self.launch
         out["perf/effective_training_time"] = self.step_seconds / max(wall, 1e-9)
         out["perf/peak_flops"] = self.peak
-        out["perf/train_flops_per_example"] = self.flops_per_example
+        # the mean over every trained example (the given figure when no step ran)
+        out["perf/train_flops_per_example"] = self.flops / self.examples if self.examples else self.flops_per_example
         return out

@@ -25,16 +25,10 @@ from gem import limits
 from gem.config import flatten, run_params
 from gem.data.batch import FeatureSpec
 from gem.limits import check_sequence_lengths
-from gem.model import ModelConfig, batch_forward_flops, build_model, count_parameters
+from gem.model import ModelConfig, build_model, count_parameters
+from gem.model.batch_flops import flops_pricer
 from gem.protocol import Split
-from gem.training.checkpoint import (
-    Checkpointer,
-    restore_training,
-    rng_state,
-    set_rng_state,
-    training_settings,
-    training_tensors,
-)
+from gem.training.checkpoint import Checkpointer, copy_into, rng_state, set_rng_state
 from gem.training.config import TrainConfig
 from gem.training.data import SYNTHETIC_PREFIX, SyntheticLoader, default_synthetic_spec, rank_slice, slice_batch
 from gem.training.distributed import (
@@ -279,7 +273,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     phases: dict[str, float] = {"perf/startup_imports_s": time.time() - launch}
     mark = time.perf_counter()
     ckpt = Checkpointer(out / "checkpoints", env.rank, env.world_size, cfg.keep_checkpoints)
-    saved = ckpt.read_state() if resume else None  # the tensors load once the model is sharded
+    saved = ckpt.load() if resume else None
     if saved is not None and not resumable(saved, os.environ.get("MLFLOW_RUN_ID", "")):
         log.info("the checkpoints in %s belong to MLflow run %s, not to this run %s (its inputs, settings or code "
                  "changed): training anew", out / "checkpoints", saved["progress"]["run_id"],
@@ -303,7 +297,9 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         sizes = count_parameters(model)
         probe = next(iter(make_loader(features, cfg, train=False, split=split, part="train")))
         probe = slice_batch(probe, 0, min(16, probe.batch_size))
-        train_flops_per_example = 3.0 * batch_forward_flops(model, probe) / probe.batch_size
+        # every trained batch is priced exactly from its history lengths (MFU per window and run)
+        flops = flops_pricer(model, probe)
+        train_flops_per_example = 3.0 * flops.counted[0][1] / probe.batch_size
         phases["perf/startup_build_s"], mark = time.perf_counter() - mark, time.perf_counter()
         model.to(env.device)
         if cfg.activation_checkpointing:
@@ -319,7 +315,10 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
 
         progress: dict[str, Any] = {"step": 0, "epoch": 0, "resumed_epoch": -1, "finished": False}
         if saved is not None:
-            restore_training(ckpt, Path(saved["path"]), dmp, dense_opt, saved["dense_optimizer"])
+            dmp.load_state_dict(copy_into(dmp.state_dict(), saved["model"], "model"))
+            fused = dmp.fused_optimizer.state_dict()
+            dmp.fused_optimizer.load_state_dict(copy_into(fused, saved["fused_optimizer"], "fused_optimizer"))
+            dense_opt.load_state_dict(saved["dense_optimizer"])
             if scheduler is not None:
                 scheduler.load_state_dict(saved["scheduler"])
             loader.load_state_dict(saved["loader"])
@@ -329,8 +328,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             progress["resumed_epoch"] = progress["epoch"]
             if not progress["finished"] and _epoch_consumed(loader):  # saved at an epoch's last batch
                 progress["epoch"], progress["resumed_epoch"] = progress["epoch"] + 1, -1
-            log.info("resumed from step %d (epoch %d, saved by %d rank(s), resumed by %d)%s", progress["step"],
-                     progress["epoch"], saved["world_size"], env.world_size,
+            log.info("resumed from step %d (epoch %d)%s", progress["step"], progress["epoch"],
                      ": the run had finished, no step left" if progress["finished"] else "")
 
         if saved is None:
@@ -349,6 +347,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         # none (seconds of matmuls that would otherwise delay the first step).
         peak_dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
         peak = cached_peak_flops(env.device, peak_dtype) if cfg.measure_peak else None
+        measure_after_first_step = cfg.measure_peak and peak is None
         phases["perf/startup_other_s"] = time.perf_counter() - mark
         log.info("startup phases: %s", {k.split("/")[1]: round(v, 2) for k, v in phases.items()})
         meter = EfficiencyMeter(train_flops_per_example, peak or float("nan"), env.world_size, launch)
@@ -376,19 +375,24 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                 meter.step_begin()
                 result = train_step(dmp, local, dense_opt, precision=cfg.precision, task_weights=task_weights,
                                     grad_clip=cfg.optim.grad_clip, scheduler=scheduler)
-                meter.step_end(batch.batch_size)
+                meter.step_end(batch.batch_size, 3.0 * flops.forward(batch))
                 step += 1
                 guard.observe(result.loss, step)
                 if step == progress["step"] + 1:  # this process's first step: progress within one step's time
                     log.info("first step done in %.1fs (batch of %d)", meter.step_seconds, batch.batch_size)
+                    if measure_after_first_step:  # once per machine (cached); the MFU of every window needs it
+                        meter.peak = measure_peak_flops(env.device, peak_dtype)
+                        meter.restart_window()
                 running.update(result.probs, local.labels, local.surface)
                 if cfg.log_every and step % cfg.log_every == 0:
                     guard.check()
                     loss = _mean_over_ranks(result.loss, env)
+                    window = meter.window()
                     tracker.log_metrics({"train/loss": loss, "train/loss_click": float(result.per_task[0]),
                                          "train/loss_conversion": float(result.per_task[1]),
-                                         "train/lr": dense_opt.param_groups[0]["lr"], **meter.window()}, step)
-                    log.info("step %d epoch %d loss %.4f", step, epoch, loss)
+                                         "train/lr": dense_opt.param_groups[0]["lr"], **window}, step)
+                    log.info("step %d epoch %d loss %.4f  %.0f examples/s  MFU %.3f", step, epoch, loss,
+                             window["perf/window_examples_per_s"], window["perf/window_mfu"])
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                     guard.check()  # never a checkpoint of diverged weights
                     last = bool(cfg.max_steps and step >= cfg.max_steps) or (
@@ -414,8 +418,6 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             evaluator = evaluate(dmp, eval_loader(), env, spec,
                                  precision=cfg.precision, max_batches=cfg.eval_batches)
             eval_metrics = {f"eval/{k}": v for k, v in evaluator.compute().items()}
-        if cfg.measure_peak and peak is None:
-            meter.peak = measure_peak_flops(env.device, peak_dtype)
         perf = {**meter.summary(), **phases}
         tracker.log_metrics(perf, step)
         full_state = _gather_full_state(dmp, env)
@@ -440,13 +442,16 @@ def _epoch_consumed(loader) -> bool:
 
 def _save(ckpt: Checkpointer, dmp, dense_opt, scheduler, loader, step: int, epoch: int,
           run_id: str | None, *, finished: bool = False) -> None:
-    ckpt.save(step, training_tensors(dmp, dense_opt), {
-        **training_settings(dense_opt),
+    ckpt.save(step, {
+        "model": dmp.state_dict(),
+        "fused_optimizer": dmp.fused_optimizer.state_dict(),
+        "dense_optimizer": dense_opt.state_dict(),
         "scheduler": scheduler.state_dict() if scheduler is not None else {},
         "loader": loader.state_dict(),
+        "rng": rng_state(),
         # finished: no step is left (resuming then does none, whatever the loader's position)
         "progress": {"step": step, "epoch": epoch, "run_id": run_id or "", "finished": finished},
-    }, rng_state())
+    })
 
 
 def resumable(saved: dict, wanted_run_id: str) -> bool:

@@ -94,3 +94,27 @@ def test_init_from_a_model_with_other_dense_features_names_them(single_run, tmp_
     model = build_model(load_model_config("tiny"), counted)
     with pytest.raises(ValueError, match="adds 62: .*counters turned on"):
         init_weights(model, str(out), counted, "the counters window")
+
+
+def test_window_mfu_is_exact_flops_over_time_and_peak(single_run):
+    """Every logged window has a real MFU: its FLOPs per example are the counted FLOPs of
+    the batches it trained (steps 2-5: the first step is the warm-up), and MFU = FLOP/s /
+    the run's peak."""
+    from gem.model import build_model
+    from gem.model.flops import batch_forward_flops
+    from gem.training.trainer import make_loader
+
+    out, result, cfg, model_cfg = single_run
+    client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    history = {key: client.get_metric_history(result.run_id, f"perf/window_{key}")
+               for key in ("mfu", "examples_per_s", "model_flops_per_s")}
+    assert [m.step for m in history["mfu"]] == [5]
+    mfu, rate, flops_rate = (history[k][0].value for k in ("mfu", "examples_per_s", "model_flops_per_s"))
+    peak = client.get_run(result.run_id).data.metrics["perf/peak_flops"]
+    assert mfu > 0 and math.isclose(mfu, flops_rate / peak, rel_tol=1e-9)
+    loader = make_loader("synthetic://512", cfg, train=True)
+    loader.set_epoch(0)
+    batches = [b for _, b in zip(range(5), loader)]
+    model = build_model(model_cfg, loader.spec)
+    counted = sum(3.0 * batch_forward_flops(model, b) for b in batches[1:])
+    assert math.isclose(flops_rate / rate, counted / sum(b.batch_size for b in batches[1:]), rel_tol=1e-9)
