@@ -28,7 +28,14 @@ from gem.limits import check_sequence_lengths
 from gem.model import ModelConfig, build_model, count_parameters
 from gem.model.batch_flops import flops_pricer
 from gem.protocol import Split
-from gem.training.checkpoint import Checkpointer, copy_into, rng_state, set_rng_state
+from gem.training.checkpoint import (
+    Checkpointer,
+    restore_training,
+    rng_state,
+    set_rng_state,
+    training_settings,
+    training_tensors,
+)
 from gem.training.config import TrainConfig
 from gem.training.data import SYNTHETIC_PREFIX, SyntheticLoader, default_synthetic_spec, rank_slice, slice_batch
 from gem.training.distributed import (
@@ -273,7 +280,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     phases: dict[str, float] = {"perf/startup_imports_s": time.time() - launch}
     mark = time.perf_counter()
     ckpt = Checkpointer(out / "checkpoints", env.rank, env.world_size, cfg.keep_checkpoints)
-    saved = ckpt.load() if resume else None
+    saved = ckpt.read_state() if resume else None  # the tensors load once the model is sharded
     if saved is not None and not resumable(saved, os.environ.get("MLFLOW_RUN_ID", "")):
         log.info("the checkpoints in %s belong to MLflow run %s, not to this run %s (its inputs, settings or code "
                  "changed): training anew", out / "checkpoints", saved["progress"]["run_id"],
@@ -315,10 +322,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
 
         progress: dict[str, Any] = {"step": 0, "epoch": 0, "resumed_epoch": -1, "finished": False}
         if saved is not None:
-            dmp.load_state_dict(copy_into(dmp.state_dict(), saved["model"], "model"))
-            fused = dmp.fused_optimizer.state_dict()
-            dmp.fused_optimizer.load_state_dict(copy_into(fused, saved["fused_optimizer"], "fused_optimizer"))
-            dense_opt.load_state_dict(saved["dense_optimizer"])
+            restore_training(ckpt, Path(saved["path"]), dmp, dense_opt, saved["dense_optimizer"])
             if scheduler is not None:
                 scheduler.load_state_dict(saved["scheduler"])
             loader.load_state_dict(saved["loader"])
@@ -328,7 +332,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             progress["resumed_epoch"] = progress["epoch"]
             if not progress["finished"] and _epoch_consumed(loader):  # saved at an epoch's last batch
                 progress["epoch"], progress["resumed_epoch"] = progress["epoch"] + 1, -1
-            log.info("resumed from step %d (epoch %d)%s", progress["step"], progress["epoch"],
+            log.info("resumed from step %d (epoch %d, saved by %d rank(s), resumed by %d)%s", progress["step"],
+                     progress["epoch"], saved["world_size"], env.world_size,
                      ": the run had finished, no step left" if progress["finished"] else "")
 
         if saved is None:
@@ -442,16 +447,13 @@ def _epoch_consumed(loader) -> bool:
 
 def _save(ckpt: Checkpointer, dmp, dense_opt, scheduler, loader, step: int, epoch: int,
           run_id: str | None, *, finished: bool = False) -> None:
-    ckpt.save(step, {
-        "model": dmp.state_dict(),
-        "fused_optimizer": dmp.fused_optimizer.state_dict(),
-        "dense_optimizer": dense_opt.state_dict(),
+    ckpt.save(step, training_tensors(dmp, dense_opt), {
+        **training_settings(dense_opt),
         "scheduler": scheduler.state_dict() if scheduler is not None else {},
         "loader": loader.state_dict(),
-        "rng": rng_state(),
         # finished: no step is left (resuming then does none, whatever the loader's position)
         "progress": {"step": step, "epoch": epoch, "run_id": run_id or "", "finished": finished},
-    })
+    }, rng_state())
 
 
 def resumable(saved: dict, wanted_run_id: str) -> bool:
