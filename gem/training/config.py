@@ -11,6 +11,7 @@ from gem.model.config import ModelConfig
 PRECISIONS = ("fp32", "bf16")
 ENGINES = ("native", "lightning")
 DECAYS = ("none", "linear", "cosine")  # optim.lr_decay
+DENSE_MODES = ("replicate", "shard")  # sharding.dense: DDP, FSDP2
 
 
 @dataclass(kw_only=True)
@@ -32,6 +33,11 @@ class OptimConfig:
 class ShardingConfig:
     ebc: str = "table_wise"
     ec: str = "table_wise"
+    # each rank's cap for its embedding tables and their optimizer state (0: none); larger
+    # tables are sharded row-wise, a cap too small for the tables is refused (gem/training/planning.py)
+    rank_memory_mib: float = ranged(0.0, ge=0)
+    # the dense part across ranks: "replicate" (DDP) or "shard" (FSDP2, fully_shard)
+    dense: str = "replicate"
 
 
 @dataclass(kw_only=True)
@@ -85,6 +91,9 @@ class TrainConfig:
                               "nothing is learned; give click a weight > 0")
         if len(self.optim.betas) != 2:
             raise ConfigError(f"optim.betas={self.optim.betas} must be two numbers in [0, 1)")
+        if self.sharding.dense not in DENSE_MODES:
+            raise ConfigError(f"sharding.dense={self.sharding.dense!r} must be one of {DENSE_MODES} "
+                              "(DDP, FSDP2)")
         if self.optim.lr_decay not in DECAYS:
             raise ConfigError(f"optim.lr_decay={self.optim.lr_decay!r} must be one of {DECAYS}")
         return self

@@ -42,12 +42,14 @@ from gem.training.distributed import (
     DistEnv,
     attach_embedding_optimizer,
     close_distributed,
+    dense_memory,
     init_distributed,
     shard_model,
     unwrap,
 )
 from gem.training.efficiency import EfficiencyMeter, cached_peak_flops, measure_peak_flops, process_start_time
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile
+from gem.training.planning import MIB, format_plan, rank_totals
 from gem.training.step import LossGuard, build_dense_optimizer, eval_step, train_step
 from gem.training.tracking import Tracker
 from gem.utils.outputs import claim_output
@@ -143,10 +145,13 @@ def seed_everything(seed: int) -> None:
 def _gather_full_state(model: nn.Module, env: DistEnv) -> dict[str, torch.Tensor] | None:
     """Unsharded state dict on rank 0 (collective)."""
     from torch.distributed._shard.sharded_tensor import ShardedTensor
+    from torch.distributed.tensor import DTensor
 
     full: dict[str, torch.Tensor] = {}
     for key, value in model.state_dict().items():
-        if isinstance(value, ShardedTensor):
+        if isinstance(value, DTensor):  # FSDP2's slices of a dense tensor
+            full[key] = value.full_tensor().detach().cpu()
+        elif isinstance(value, ShardedTensor):
             out = torch.empty(value.size(), dtype=value.dtype, device=env.device) if env.is_main else None
             value.gather(dst=0, out=out)
             if env.is_main:
@@ -312,7 +317,10 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         if cfg.activation_checkpointing:
             apply_activation_checkpointing(model)
         attach_embedding_optimizer(model, cfg.optim.embedding_lr, cfg.optim.embedding_eps)
-        dmp = shard_model(model, env, ebc_sharding=cfg.sharding.ebc, ec_sharding=cfg.sharding.ec)
+        dmp = shard_model(model, env, ebc_sharding=cfg.sharding.ebc, ec_sharding=cfg.sharding.ec,
+                          rank_memory_bytes=int(cfg.sharding.rank_memory_mib * MIB),
+                          batch_size=cfg.batch_size // env.world_size, dense=cfg.sharding.dense)
+        _log_plan(dmp.plan_rows, env, tracker, resumed_at=saved["progress"]["step"] if saved else None)
         if cfg.compile:
             apply_compile(unwrap(dmp))
         phases["perf/startup_shard_s"], mark = time.perf_counter() - mark, time.perf_counter()
@@ -425,6 +433,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             eval_metrics = {f"eval/{k}": v for k, v in evaluator.compute().items()}
         perf = {**meter.summary(), **phases}
         tracker.log_metrics(perf, step)
+        tracker.log_metrics(dense_memory(dense_opt), step)  # rank 0's (all ranks alike up to rounding)
         full_state = _gather_full_state(dmp, env)
         if env.is_main:
             export_model(full_state, model_cfg, spec, out)
@@ -438,6 +447,20 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         if close and not env.launched:
             close_distributed()
     return RunResult(out, step, eval_metrics, train_metrics, perf, tracker.run_id)
+
+
+def _log_plan(rows: list[dict], env: DistEnv, tracker: Tracker, *, resumed_at: int | None) -> None:
+    """The sharding plan: printed, and logged to MLflow (sharding/plan.json and a parameter
+    per table; a resumed run's, perhaps at another world size, as plan_resumed_at_<step>.json)."""
+    if not env.is_main:
+        return
+    totals = rank_totals(rows)
+    log.info("sharding plan over %d rank(s) (tables and their optimizer state):\n%s\nper rank: %s", env.world_size,
+             format_plan(rows), ", ".join(f"{r}: {b:,} bytes" for r, b in totals.items()))
+    name = "plan.json" if resumed_at is None else f"plan_resumed_at_{resumed_at}.json"
+    tracker.log_dict({"tables": rows, "bytes_per_rank": totals, "world_size": env.world_size}, f"sharding/{name}")
+    if resumed_at is None:
+        tracker.log_params({f"plan.{row['table']}": f"{row['sharding']} on ranks {row['ranks']}" for row in rows})
 
 
 def _epoch_consumed(loader) -> bool:

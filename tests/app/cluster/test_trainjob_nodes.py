@@ -156,7 +156,6 @@ def volume(tmp_path_factory):
     return tmp
 
 
-@pytest.mark.slow(minutes=1.7)
 def _rows_per_rank(checkpoint: Path, world_size: int) -> dict[str, list[int]]:
     """Rows of each table in each rank's file of a DCP checkpoint (from its metadata)."""
     from gem.training.checkpoint import SafeReader
@@ -172,6 +171,7 @@ def _rows_per_rank(checkpoint: Path, world_size: int) -> dict[str, list[int]]:
     return rows
 
 
+@pytest.mark.slow(minutes=1.7)
 def test_two_nodes_form_one_group_agree_with_one_process_and_resume(volume, tmp_path, monkeypatch):
     started = time.perf_counter()
     monkeypatch.setenv(launch.OPTIONS_ENV, json.dumps({"mount": str(volume), "cpu": "1", "memory": "2Gi"}))
