@@ -22,6 +22,11 @@ BENCHMARKS = (
     "benchmarks.pipeline_bench",
     "benchmarks.reliability_bench",
     "kernels.benchmarks.jagged_attention_bench",
+    # the step cost model against a 4-rank step (DDP, FSDP2), and at paper scale
+    "torch.distributed.run --standalone --nproc_per_node=4 -m benchmarks.step_cost_bench",
+    "torch.distributed.run --standalone --nproc_per_node=4 -m benchmarks.step_cost_bench --dense shard "
+    "--out benchmarks/results/step_cost_fsdp2.json",
+    "benchmarks.step_cost_bench --paper",
     "benchmarks.scale_bench",  # hours on 2 cores: the whole pipeline at 16x and the features build at 100M events
 )
 
