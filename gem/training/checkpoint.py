@@ -140,7 +140,10 @@ class Checkpointer:
             shutil.rmtree(tmp, ignore_errors=True)
             (tmp / "rng").mkdir(parents=True)
         self._barrier()
-        dcp.save(tensors, storage_writer=FileSystemWriter(tmp, sync_files=True))
+        try:
+            dcp.save(tensors, storage_writer=FileSystemWriter(tmp, sync_files=True))
+        except CheckpointException as exc:  # a BaseException: the rank's own error (a full disk...) raised as itself
+            raise _first_failure(exc, self.rank) from exc
         _write_json(tmp / "rng" / f"rank{self.rank}.json", rng)
         if self.rank == 0:
             _write_json(tmp / STATE_FILE, {**state, "world_size": self.world_size})
@@ -195,6 +198,13 @@ class Checkpointer:
 
     def metadata(self, path: Path) -> Metadata:
         return SafeReader(path).read_metadata()
+
+
+def _first_failure(exc: CheckpointException, rank: int) -> BaseException:
+    failures = exc.failures
+    failure = failures.get(rank) or next(iter(failures.values()), None)
+    failure = failure[0] if isinstance(failure, tuple) else failure
+    return failure if isinstance(failure, BaseException) else RuntimeError(str(exc))
 
 
 def _write_json(path: Path, obj: Any) -> None:
