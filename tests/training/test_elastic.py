@@ -25,10 +25,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _node(out, port: int, log) -> subprocess.Popen:
+def _node(out, port: int, log, *, host: bool) -> subprocess.Popen:
+    """``host``: this node's agent serves the rendezvous store (on one machine both
+    agents could; the lost node must not be the one that does)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc_per_node=1",
            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=elastic-test",
-           "--max-restarts=2", "--rdzv-conf=join_timeout=120,last_call_timeout=3",
+           "--max-restarts=2", f"--rdzv-conf=join_timeout=120,last_call_timeout=3,is_host={str(host).lower()}",
            *gem_train_cmd(*ARGS, "--out", str(out), "--resume")[1:]]
     return subprocess.Popen(cmd, cwd=ROOT, env=gem_env(out.parent), stdout=log, stderr=subprocess.STDOUT)
 
@@ -46,7 +48,7 @@ def _lose(proc: subprocess.Popen) -> None:
 def test_a_lost_node_and_the_run_continues_on_the_survivor(tmp_path):
     out, port = tmp_path / "run", _free_port()
     with open(tmp_path / "node0.log", "w") as log0, open(tmp_path / "node1.log", "w") as log1:
-        nodes = [_node(out, port, log0), _node(out, port, log1)]
+        nodes = [_node(out, port, log0, host=True), _node(out, port, log1, host=False)]
         latest = out / "checkpoints" / "latest"
         deadline = time.monotonic() + 240
         while not (latest.is_file() and latest.read_text().strip() >= "step_00000004"):
