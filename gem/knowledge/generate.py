@@ -43,6 +43,7 @@ from gem.knowledge.config import KnowledgeConfig
 from gem.knowledge.teacher import Teacher, load_teacher, teacher_outputs
 from gem.knowledge.windows import example_keys, select_shards, window_bounds
 from gem.protocol import Split, WindowError
+from gem.training.threads import ThreadTuner
 from gem.utils.outputs import check_output, json_format, write_marker
 
 log = logging.getLogger(__name__)
@@ -93,16 +94,23 @@ def _check_spec(teacher: Teacher, loader: FeatureLoader) -> None:
 
 
 @torch.no_grad()
-def run_teacher(teacher: Teacher, loader: FeatureLoader, precision: str = "fp32") -> dict[str, np.ndarray]:
+def run_teacher(teacher: Teacher, loader: FeatureLoader, precision: str = "fp32",
+                tuner: ThreadTuner | None = None) -> dict[str, np.ndarray]:
     """Teacher outputs per impression, in loader order: example_id (N,), own (N, T),
-    all (N, S, T), user (N, E), item (N, E)."""
+    all (N, S, T), user (N, E), item (N, E). ``tuner``: picks torch's threads by timing
+    the batches (gem/training/threads.py)."""
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("example_id", "own", "all", "user", "item")}
     model = teacher.model.eval()
     for batch in loader:
         ctx = (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
                else torch.autocast("cpu", enabled=False))
+        if tuner is not None:
+            tuner.before_step()
+        started = time.perf_counter()
         with ctx:
             own, every, user, item = teacher_outputs(model, batch)
+        if tuner is not None:
+            tuner.after_step(time.perf_counter() - started, batch.batch_size)
         parts["example_id"].append(batch.example_id.numpy())
         for key, value in (("own", own), ("all", every), ("user", user), ("item", item)):
             parts[key].append(value.float().numpy())
@@ -186,6 +194,7 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
                  legacy=json_format(MANIFEST, "gem-knowledge/"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    tuner = ThreadTuner() if not cfg.threads and torch.get_num_threads() > 1 else None
     shards = select_shards(features_dir, start, end) if shards is None else list(shards)
     w_start, w_end = window_bounds(features_dir, start, end)
     if not shards or parse_utc(w_start) >= parse_utc(w_end):  # before the teacher is loaded
@@ -193,13 +202,19 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
         raise WindowError(f"{features_dir}: no example in [{start or window['start']}, {end or window['end']}): the "
                           f"window is [{window['start']}, {window['end']}); choose --start/--end inside it")
     teacher = model if isinstance(model, Teacher) else load_teacher(model, tracking_uri)
+    if cfg.compile:
+        from gem.training.compile_cache import COMPILE_CACHE, use_compile_cache
+        from gem.training.parallelize import apply_compile
+
+        use_compile_cache(Path(out_dir).resolve().parent / COMPILE_CACHE)
+        apply_compile(teacher.model)
     loader = FeatureLoader(features_dir, batch_size=cfg.batch_size, shuffle=False, shards=shards,
                            **_narrowed(features_dir, w_start, w_end))
     _check_spec(teacher, loader)
     tags = {"teacher_version": teacher.version, "window_start": w_start, "window_end": w_end,
             "teacher_digest": teacher.digest, "vocab_digest": knowledge_vocab_digest(teacher.spec.vocab_digests)}
     started = time.perf_counter()
-    out = run_teacher(teacher, loader, cfg.precision)
+    out = run_teacher(teacher, loader, cfg.precision, tuner)
     seconds = time.perf_counter() - started
     spec = loader.spec
     tables = knowledge_tables(out, example_keys(features_dir, shards), tags, spec.surfaces, spec.tasks)

@@ -16,8 +16,12 @@ fit is checked against every batch it counted, real batches of the window includ
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-from dataclasses import replace
+import os
+from dataclasses import asdict, replace
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -96,8 +100,8 @@ class BatchFlops:
     def fit(cls, model: nn.Module, real: list[Batch] = (), probes: int = 0, seed: int = 0) -> "BatchFlops":
         """Count the model on ``real`` batches and on small synthetic ones of varied sizes and
         lengths (as many as the unknowns, one more without a real batch: the fit is always
-        over-determined) and
-        solve for the coefficients; raises ValueError when they do not reproduce every count."""
+        over-determined) and solve for the coefficients; raises ValueError when they do not
+        reproduce every count."""
         unknowns = len(length_features(torch.zeros(1, dtype=torch.long), model))
         batches = list(real)
         batches += [probe_batch(model, i, seed) for i in range(probes or unknowns + (not batches))]
@@ -137,11 +141,39 @@ class CountedFlops:
         return float(batch_forward_flops(self.model, batch))
 
 
-def flops_pricer(model: nn.Module, probe: Batch) -> BatchFlops | CountedFlops:
-    """``BatchFlops`` fitted on ``model`` with ``probe`` (a batch of the training window)
-    among its counts, else ``CountedFlops`` (with a warning)."""
+def fit_key(model: nn.Module) -> str:
+    """What the coefficients depend on: the model's config and input spec (not the
+    vocabularies' contents), and torch (its counter's formulas)."""
+    spec = {k: v for k, v in model.spec.to_dict().items() if k != "vocab_digests"}
+    cfg = getattr(model, "cfg", None)
+    raw = json.dumps({"model": asdict(cfg) if cfg is not None else type(model).__name__, "spec": spec,
+                      "torch": torch.__version__}, sort_keys=True, default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def flops_pricer(model: nn.Module, probe: Batch, cache: Path | None = None) -> BatchFlops | CountedFlops:
+    """``BatchFlops`` for ``model``, checked on ``probe`` (a batch of the training window):
+    the coefficients kept in ``cache`` for this model (one counted forward: the probe's),
+    else fitted anew (a few small counted forwards more); ``CountedFlops`` (with a
+    warning) when no fit reproduces the counts."""
+    key = fit_key(model)
+    kept = json.loads(cache.read_text()) if cache is not None and cache.is_file() else {}
+    if key in kept:
+        pricer = BatchFlops(model, torch.tensor(kept[key], dtype=torch.float64))
+        counted = float(batch_forward_flops(model, probe))
+        if abs(pricer.forward(probe) - counted) <= TOLERANCE * max(counted, 1.0):
+            pricer.counted = [(probe.batch_size, counted)]
+            return pricer
     try:
-        return BatchFlops.fit(model, real=[probe])
+        pricer = BatchFlops.fit(model, real=[probe])
     except ValueError as err:
         log.warning("%s: counting every batch's FLOPs instead (one more forward per step)", err)
         return CountedFlops(model, [probe])
+    if cache is not None:
+        kept = json.loads(cache.read_text()) if cache.is_file() else {}
+        kept[key] = pricer.coefficients.tolist()
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(kept, indent=1))
+        os.replace(tmp, cache)
+    return pricer

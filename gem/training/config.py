@@ -55,6 +55,8 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     sharding: ShardingConfig = field(default_factory=ShardingConfig)
     num_workers: int = ranged(0, ge=0)
+    # torch intra-op threads; 0: chosen by timing steps (torch's default or 1, gem/training/threads.py)
+    threads: int = ranged(0, ge=0)
     shuffle: bool = True
     # "time": day by day, oldest first (the model ends on the freshest day, as on the live
     # stream); "random": shards in a seeded random order. See gem/features/loader.py.

@@ -134,6 +134,7 @@ class EfficiencyMeter:
         self.launch = launch_time or process_start_time()
         self.first_step_end: float | None = None  # wall clock (time.time())
         self.step_seconds, self.examples, self.flops = 0.0, 0, 0.0  # all steps
+        self.last_step_seconds = 0.0
         # The window: from the end of the warm-up steps to the end of the last step.
         self._window_start: float | None = None  # perf_counter()
         self._last_end = 0.0
@@ -153,6 +154,7 @@ class EfficiencyMeter:
         if self.first_step_end is None:
             self.first_step_end = time.time()
         self.step_seconds += elapsed
+        self.last_step_seconds = elapsed
         self.examples += examples
         self.flops += flops
         self.steps += 1

@@ -36,6 +36,7 @@ from gem.training.checkpoint import (
     training_settings,
     training_tensors,
 )
+from gem.training.compile_cache import COMPILE_CACHE, compile_cache_counts, use_compile_cache
 from gem.training.config import TrainConfig
 from gem.training.data import SYNTHETIC_PREFIX, SyntheticLoader, default_synthetic_spec, rank_slice, slice_batch
 from gem.training.distributed import (
@@ -51,7 +52,9 @@ from gem.training.efficiency import EfficiencyMeter, cached_peak_flops, measure_
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile
 from gem.training.planning import MIB, format_plan, rank_totals
 from gem.training.step import LossGuard, build_dense_optimizer, eval_step, train_step
+from gem.training.threads import thread_tuner
 from gem.training.tracking import Tracker
+from gem.utils.cache import cache_dir
 from gem.utils.outputs import claim_output
 
 if TYPE_CHECKING:
@@ -310,7 +313,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         probe = next(iter(make_loader(features, cfg, train=False, split=split, part="train")))
         probe = slice_batch(probe, 0, min(16, probe.batch_size))
         # every trained batch is priced exactly from its history lengths (MFU per window and run)
-        flops = flops_pricer(model, probe)
+        flops = flops_pricer(model, probe, cache_dir() / "batch_flops.json")
         train_flops_per_example = 3.0 * flops.counted[0][1] / probe.batch_size
         phases["perf/startup_build_s"], mark = time.perf_counter() - mark, time.perf_counter()
         model.to(env.device)
@@ -321,7 +324,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                           rank_memory_bytes=int(cfg.sharding.rank_memory_mib * MIB),
                           batch_size=cfg.batch_size // env.world_size, dense=cfg.sharding.dense)
         _log_plan(dmp.plan_rows, env, tracker, resumed_at=saved["progress"]["step"] if saved else None)
-        if cfg.compile:
+        if cfg.compile:  # the workspace keeps the compiled code for the next run (gem/training/compile_cache.py)
+            use_compile_cache(out.parent / COMPILE_CACHE)
             apply_compile(unwrap(dmp))
         phases["perf/startup_shard_s"], mark = time.perf_counter() - mark, time.perf_counter()
         dense_opt, scheduler = build_dense_optimizer(
@@ -373,6 +377,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         running = None
         evaluator = None
         guard = LossGuard(cfg, env.device, env.world_size)
+        tuner = thread_tuner(cfg.threads, env)
 
         def eval_loader():  # a fresh one per evaluation: eval_batches may stop one midway
             return make_loader(eval_features, cfg, train=False, split=split, part=eval_part)
@@ -385,10 +390,15 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             running = DeferredMetrics(spec, env.device)
             for batch in loader:
                 local = rank_slice(batch, env.rank, env.world_size).to(env.device)
+                step_flops = 3.0 * flops.forward(batch)
+                if tuner is not None:
+                    tuner.before_step()
                 meter.step_begin()
                 result = train_step(dmp, local, dense_opt, precision=cfg.precision, task_weights=task_weights,
                                     grad_clip=cfg.optim.grad_clip, scheduler=scheduler)
-                meter.step_end(batch.batch_size, 3.0 * flops.forward(batch))
+                meter.step_end(batch.batch_size, step_flops)
+                if tuner is not None:
+                    tuner.after_step(meter.last_step_seconds, step_flops)
                 step += 1
                 guard.observe(result.loss, step)
                 if step == progress["step"] + 1:  # this process's first step: progress within one step's time
@@ -432,6 +442,9 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                                  precision=cfg.precision, max_batches=cfg.eval_batches)
             eval_metrics = {f"eval/{k}": v for k, v in evaluator.compute().items()}
         perf = {**meter.summary(), **phases}
+        if cfg.compile:
+            perf.update({f"perf/compile_cache_{k}": float(v) for k, v in compile_cache_counts().items()})
+        perf["perf/threads"] = float(torch.get_num_threads())  # the tuner's last choice when it ran
         tracker.log_metrics(perf, step)
         tracker.log_metrics(dense_memory(dense_opt), step)  # rank 0's (all ranks alike up to rounding)
         full_state = _gather_full_state(dmp, env)

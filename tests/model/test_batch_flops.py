@@ -21,3 +21,21 @@ def test_priced_flops_equal_counted_flops(overrides):
         batch = synthetic_batch(spec, size, seed=seed, mean_len=mean)
         assert flops.forward(batch) == batch_forward_flops(model, batch)
     assert flops.of_lengths(torch.tensor([12, 12])) > flops.of_lengths(torch.tensor([3, 3]))
+
+
+def test_kept_coefficients_are_reused_and_a_stale_set_is_refitted(tmp_path):
+    import json
+
+    from gem.model.batch_flops import fit_key
+
+    spec = default_synthetic_spec(max_seq_len=12)
+    model = build_model(load_model_config("tiny"), spec)
+    probe, other = synthetic_batch(spec, 16, seed=1, mean_len=5), synthetic_batch(spec, 9, seed=2, mean_len=9)
+    cache = tmp_path / "batch_flops.json"
+    first = flops_pricer(model, probe, cache)
+    kept = json.loads(cache.read_text())
+    assert list(kept) == [fit_key(model)]
+    again = flops_pricer(model, probe, cache)
+    assert again.coefficients.tolist() == kept[fit_key(model)] and again.forward(other) == first.forward(other)
+    cache.write_text(json.dumps({fit_key(model): [1.0] * len(kept[fit_key(model)])}))  # e.g. the model code changed
+    assert flops_pricer(model, probe, cache).forward(other) == batch_forward_flops(model, other)

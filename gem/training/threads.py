@@ -1,0 +1,80 @@
+"""Intra-op threads chosen by measurement while training.
+
+On a 2-core machine shared with other jobs, torch's default (one OpenMP thread per core)
+can be many times slower than one thread: every op's parallel region waits at a barrier
+for a thread the OS has given to another process (seen: a tiny-preset step 18x slower
+with 2 threads than with 1 at a load average of 6; a small-preset step 2.5x). On an idle
+machine the large matmuls of bigger models gain from every core. The tuner times steps
+under each choice (seconds per exact model FLOP, so steps of different sizes compare),
+keeps the fastest, and tries the others again now and then, as the machine's load
+changes during a run (less often while the choice holds: a step with the slower count
+costs).
+
+    tuner = ThreadTuner()              # choices: torch's default and 1
+    tuner.before_step()                # sets torch's threads for this step
+    ...; tuner.after_step(seconds, flops)
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+class ThreadTuner:
+    def __init__(self, choices: tuple[int, ...] | None = None, trial_steps: int = 2, recheck_every: int = 40,
+                 warmup_steps: int = 1) -> None:
+        default = torch.get_num_threads()
+        self.choices = tuple(dict.fromkeys(choices or (default, 1)))
+        self.trial_steps, self.recheck_every, self.warmup = trial_steps, recheck_every, warmup_steps
+        self.best = self.choices[0]
+        self.cost: dict[int, list[float]] = {n: [] for n in self.choices}  # seconds per FLOP of the trial steps
+        self.steps = 0
+        self._interval, self._next_check = 0, 0  # steps between checks, doubled while the choice holds
+        self._current = self.best
+        self._trial: list[int] = []  # thread counts of the coming trial steps
+
+    def before_step(self) -> int:
+        if self.steps >= self.warmup and len(self.choices) > 1 and not self._trial:
+            if self.steps == self.warmup:  # the first round: every choice, interleaved
+                self._trial = [n for _ in range(self.trial_steps) for n in self.choices]
+            elif self.steps >= self._next_check:  # one step of each other choice, then the kept one
+                self._trial = [*(n for n in self.choices if n != self.best), self.best]
+        self._current = self._trial[0] if self._trial else self.best
+        torch.set_num_threads(self._current)
+        return self._current
+
+    def after_step(self, seconds: float, flops: float) -> None:
+        self.steps += 1
+        if not self._trial or self.steps <= self.warmup:
+            return
+        self.cost[self._trial.pop(0)].append(seconds / max(flops, 1.0))
+        if self._trial:
+            return
+        latest = {n: c[-1] for n, c in self.cost.items() if c}
+        if self._interval == 0:  # the first round: the lower median of each choice's steps
+            latest = {n: sorted(c)[(len(c) - 1) // 2] for n, c in self.cost.items() if c}
+        best = min(latest, key=latest.get)
+        if best != self.best:
+            log.info("intra-op threads: %d (a step took %.2fx the time with %d)", best,
+                     latest[self.best] / latest[best], self.best)
+            self._interval = self.recheck_every
+        else:  # the choice held: look again less often (a trial step with the slower count costs)
+            self._interval = 2 * self._interval if self._interval else self.recheck_every
+        self.best = best
+        self._next_check = self.steps + self._interval
+        torch.set_num_threads(best)
+
+
+def thread_tuner(threads: int, env) -> ThreadTuner | None:
+    """``threads`` (TrainConfig.threads) > 0: that many, fixed; 0: a tuner between torch's
+    default and 1 for a CPU world of one (torchrun's ranks get OMP_NUM_THREADS=1)."""
+    if threads > 0:
+        torch.set_num_threads(threads)
+        return None
+    if env.device.type != "cpu" or env.world_size > 1 or torch.get_num_threads() == 1:
+        return None
+    return ThreadTuner()
