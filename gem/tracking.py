@@ -154,7 +154,8 @@ RETRY = RetryPolicy()
 def bound_http_retries(policy: RetryPolicy = RETRY) -> None:
     """Bound MLflow's own HTTP client retries (unless set explicitly by the user)."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(max(0, policy.attempts - 2)))
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", str(policy.backoff_s))
+    # MLflow reads the factor as an int: "0.1" made every later MLflow call fail to parse it
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", str(int(round(policy.backoff_s))))
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(int(policy.timeout_s)))
 

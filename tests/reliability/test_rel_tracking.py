@@ -63,3 +63,19 @@ def test_tracking_uri_params_are_logged_redacted(tmp_path):
     tracker.end()
     params = MlflowClient(store).get_run(run_id).data.params
     assert params["train.tracking_uri"] == "https://***@mlflow.example.com/?token=***"
+
+
+def test_bounded_http_retries_are_values_mlflow_can_read(monkeypatch):
+    import dataclasses
+
+    import mlflow.environment_variables as mlflow_env
+
+    from gem.tracking import RETRY, bound_http_retries
+
+    names = ("MAX_RETRIES", "BACKOFF_FACTOR", "BACKOFF_JITTER", "TIMEOUT")
+    for name in names:
+        monkeypatch.delenv(f"MLFLOW_HTTP_REQUEST_{name}", raising=False)
+    bound_http_retries(dataclasses.replace(RETRY, backoff_s=0.1, timeout_s=2.5))  # fractions, as tests ask
+    for name in names:
+        var = getattr(mlflow_env, f"MLFLOW_HTTP_REQUEST_{name}")
+        assert isinstance(var.get(), var.type), name  # parses, as MLflow will parse it
