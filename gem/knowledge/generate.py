@@ -214,7 +214,11 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
     tags = {"teacher_version": teacher.version, "window_start": w_start, "window_end": w_end,
             "teacher_digest": teacher.digest, "vocab_digest": knowledge_vocab_digest(teacher.spec.vocab_digests)}
     started = time.perf_counter()
-    out = run_teacher(teacher, loader, cfg.precision, tuner)
+    threads = torch.get_num_threads()
+    try:
+        out = run_teacher(teacher, loader, cfg.precision, tuner)
+    finally:
+        torch.set_num_threads(threads)  # the tuner's choice was for these batches only
     seconds = time.perf_counter() - started
     spec = loader.spec
     tables = knowledge_tables(out, example_keys(features_dir, shards), tags, spec.surfaces, spec.tasks)

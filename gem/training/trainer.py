@@ -273,6 +273,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
     """``split``: train only on its part "train" and evaluate on its ``eval_part`` (see
     split_parts), row for row; a resumed run must have the same split."""
     launch = process_start_time()
+    threads_at_start = torch.get_num_threads()
     cfg.validate()
     longest = check_sequence_lengths(features, cfg.allow_long_sequences)  # before the run folder or the model
     eval_features, eval_part = split_parts(split, features, eval_features, eval_part)
@@ -457,6 +458,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         tracker.end("FAILED")
         raise
     finally:
+        torch.set_num_threads(threads_at_start)  # the tuner's choice was for this run's steps only
         if close and not env.launched:
             close_distributed()
     return RunResult(out, step, eval_metrics, train_metrics, perf, tracker.run_id)

@@ -28,3 +28,18 @@ def test_tuner_picks_the_faster_count_and_follows_a_change_of_load():
         assert tuner.best == 2 and run_steps(tuner, 5, {2: 0.5, 1: 1.0}).count(2) >= 4
     finally:
         torch.set_num_threads(saved)
+
+
+def test_training_tunes_threads_for_its_steps_and_restores_them(tmp_path):
+    from gem.training.config import load_train_config
+    from gem.training.trainer import train
+
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        cfg, model_cfg = load_train_config("tiny", ["max_steps=6", "checkpoint_every=0", "log_model=false",
+                                                    "system_metrics=false", "measure_peak=false"])
+        perf = train("synthetic://512", tmp_path, cfg, model_cfg).perf
+        assert perf["perf/threads"] in (1.0, 2.0) and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(saved)
