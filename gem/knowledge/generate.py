@@ -43,7 +43,7 @@ from gem.knowledge.config import KnowledgeConfig
 from gem.knowledge.teacher import Teacher, load_teacher, teacher_outputs
 from gem.knowledge.windows import example_keys, select_shards, window_bounds
 from gem.protocol import Split, WindowError
-from gem.training.threads import ThreadTuner
+from gem.training.threads import ThreadTuner, thread_tuner
 from gem.utils.outputs import check_output, json_format, write_marker
 
 log = logging.getLogger(__name__)
@@ -192,9 +192,7 @@ def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, ou
     local_model = [] if isinstance(model, Teacher) else [model]
     check_output(out_dir, OUTPUT_KIND, inputs=[features_dir, *local_model],
                  legacy=json_format(MANIFEST, "gem-knowledge/"))
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    tuner = ThreadTuner() if not cfg.threads and torch.get_num_threads() > 1 else None
+    tuner = thread_tuner(cfg.threads)
     shards = select_shards(features_dir, start, end) if shards is None else list(shards)
     w_start, w_end = window_bounds(features_dir, start, end)
     if not shards or parse_utc(w_start) >= parse_utc(w_end):  # before the teacher is loaded

@@ -69,12 +69,13 @@ class ThreadTuner:
         torch.set_num_threads(best)
 
 
-def thread_tuner(threads: int, env) -> ThreadTuner | None:
-    """``threads`` (TrainConfig.threads) > 0: that many, fixed; 0: a tuner between torch's
-    default and 1 for a CPU world of one (torchrun's ranks get OMP_NUM_THREADS=1)."""
+def thread_tuner(threads: int, env=None) -> ThreadTuner | None:
+    """``threads`` (the train or knowledge config's) > 0: that many, fixed; 0: a tuner
+    between torch's default and 1 for one CPU process (``env``: training's DistEnv, None
+    for one process; torchrun's ranks get OMP_NUM_THREADS=1)."""
     if threads > 0:
         torch.set_num_threads(threads)
         return None
-    if env.device.type != "cpu" or env.world_size > 1 or torch.get_num_threads() == 1:
+    if env is not None and (env.device.type != "cpu" or env.world_size > 1):
         return None
-    return ThreadTuner()
+    return ThreadTuner() if torch.get_num_threads() > 1 else None

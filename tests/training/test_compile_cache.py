@@ -1,6 +1,6 @@
 """torch.compile as a setting: a compiled block predicts as the eager one, and a second
 compile loads the compiled code from the cache folder instead of compiling again. (The
-whole model, trained and scored, compiled against eager: benchmarks/compile_bench.py.)"""
+dense blocks compiled against eager in training, cold and warm: benchmarks/pipeline_training_bench.py.)"""
 
 import copy
 
