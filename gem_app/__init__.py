@@ -2,3 +2,15 @@
 pipeline step (stages/), the Kubeflow components over them (components/), the pipelines
 (pipelines/), continuous refresh (refresh/), the promotion gate and the pretraining
 launchers. Nothing in gem/, students/ or kernels/ imports it (tests/test_layers.py)."""
+
+import atexit
+import gc
+
+# A pipeline task is a process that has imported torch, MLflow, Feast...: millions of
+# objects, which the interpreter's shutdown runs full garbage collections over while it
+# tears the modules down (1.5-3 s of every task, after its outputs were written; seen in
+# the demo's logs). Frozen when the process exits, they are left to the OS instead.
+# atexit runs this after the handlers registered later (MLflow's, logging's flushes
+# still run); objects freed by reference counting are still freed, only unreachable
+# cycles are no longer collected at exit.
+atexit.register(gc.freeze)

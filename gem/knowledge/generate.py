@@ -184,15 +184,18 @@ def _narrowed(features_dir: str | Path, start: str, end: str) -> dict:
 
 def generate_knowledge(model: str | Path | Teacher, features_dir: str | Path, out_dir: str | Path,
                        cfg: KnowledgeConfig | None = None, *, start: str | None = None, end: str | None = None,
-                       shards: list[str] | None = None, tracking_uri: str | None = None) -> dict:
+                       shards: list[str] | None = None, tracking_uri: str | None = None,
+                       tuner: ThreadTuner | None = None) -> dict:
     """Run the teacher over the window ``features_dir`` [start, end) (or exactly the
     named ``shards``) and write its knowledge to ``out_dir`` (see module docstring);
-    returns the manifest."""
+    returns the manifest. ``tuner``: one shared by the calls over several windows (its
+    trial steps, some with the slower thread count, then happen once); default: a new
+    one per call, as ``cfg.threads`` says."""
     cfg = (cfg or KnowledgeConfig()).validate()
     local_model = [] if isinstance(model, Teacher) else [model]
     check_output(out_dir, OUTPUT_KIND, inputs=[features_dir, *local_model],
                  legacy=json_format(MANIFEST, "gem-knowledge/"))
-    tuner = thread_tuner(cfg.threads)
+    tuner = tuner or thread_tuner(cfg.threads)
     shards = select_shards(features_dir, start, end) if shards is None else list(shards)
     w_start, w_end = window_bounds(features_dir, start, end)
     if not shards or parse_utc(w_start) >= parse_utc(w_end):  # before the teacher is loaded

@@ -26,12 +26,14 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from gem.data.batch import FeatureSpec
 from gem.model.config import ModelConfig
+
+if TYPE_CHECKING:  # torch loads where tensors are read or written: resolve() and verify() need none
+    import torch
+    from torch import nn
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,9 @@ def _sha256(path: Path) -> str:
 
 def save_weights(model: nn.Module | dict[str, torch.Tensor], folder: str | Path) -> Path:
     """weights.pt: the plain CPU state dict, written atomically; returns the folder."""
+    import torch
+    from torch import nn
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = model.state_dict() if isinstance(model, nn.Module) else model
@@ -107,6 +112,8 @@ def write_digests(folder: str | Path, files: tuple[str, ...] = FILES) -> None:
 
 def load_weights(folder: str | Path) -> dict[str, torch.Tensor]:
     """The folder's weights.pt as a plain tensor state dict, read weights-only."""
+    import torch
+
     path = Path(folder) / WEIGHTS
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)

@@ -3,6 +3,8 @@
 NE = mean log loss / entropy of the observed positive rate (lower is better, 1.0 is
 the constant predictor). Calibration = mean prediction / observed rate (1.0 is ideal).
 All states are sums, so they reduce across ranks (torchmetrics syncs them).
+torchmetrics (~0.7 s of imports) loads when a SurfaceTaskMetrics is made, not with this
+module: a process that imports students.train only to score (a student gate) needs none.
 """
 
 from __future__ import annotations
@@ -10,44 +12,8 @@ from __future__ import annotations
 import math
 
 import torch
-from torchmetrics import Metric
-from torchmetrics.classification import BinaryAUROC
 
 from gem.utils.evidence import enough_for_auc
-
-EPS = 1e-7
-
-
-class LogLossSums(Metric):
-    """Per (group, task) sums of log loss, predictions, labels, counts, where the last
-    group is "all"; and a per-task calibration histogram over predicted probability."""
-
-    full_state_update = False
-
-    def __init__(self, num_groups: int, num_tasks: int, bins: int = 20) -> None:
-        super().__init__()
-        self.num_groups, self.bins = num_groups, bins
-        for name in ("loss", "pred", "label", "count"):
-            self.add_state(name, torch.zeros(num_groups, num_tasks, dtype=torch.float64), dist_reduce_fx="sum")
-        for name in ("bin_pred", "bin_label", "bin_count"):
-            self.add_state(name, torch.zeros(num_tasks, bins, dtype=torch.float64), dist_reduce_fx="sum")
-
-    def update(self, probs: torch.Tensor, labels: torch.Tensor, group: torch.Tensor) -> None:
-        p = probs.double().clamp(EPS, 1 - EPS)
-        y = labels.double()
-        loss = -(y * p.log() + (1 - y) * (1 - p).log())
-        for name, value in (("loss", loss), ("pred", p), ("label", y), ("count", torch.ones_like(p))):
-            getattr(self, name).index_add_(0, group, value)
-            getattr(self, name)[-1] += value.sum(dim=0)
-        bin_idx = (p * self.bins).long().clamp(max=self.bins - 1)
-        for t in range(p.shape[1]):
-            self.bin_pred[t].index_add_(0, bin_idx[:, t], p[:, t])
-            self.bin_label[t].index_add_(0, bin_idx[:, t], y[:, t])
-            self.bin_count[t].index_add_(0, bin_idx[:, t], torch.ones_like(p[:, t]))
-
-    def compute(self) -> dict[str, torch.Tensor]:
-        return {name: getattr(self, name) for name in
-                ("loss", "pred", "label", "count", "bin_pred", "bin_label", "bin_count")}
 
 
 class SurfaceTaskMetrics:
@@ -58,6 +24,10 @@ class SurfaceTaskMetrics:
 
     def __init__(self, surfaces: list[str], tasks: list[str], device: torch.device | str = "cpu") -> None:
         self.surfaces, self.tasks = list(surfaces), list(tasks)
+        from torchmetrics.classification import BinaryAUROC
+
+        from gem.training.metric_sums import LogLossSums
+
         groups = len(self.surfaces) + 1
         self.sums = LogLossSums(groups, len(self.tasks)).to(device)
         self.aucs = [[BinaryAUROC().to(device) for _ in self.tasks] for _ in range(groups)]

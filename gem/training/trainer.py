@@ -49,6 +49,7 @@ from gem.training.distributed import (
     unwrap,
 )
 from gem.training.efficiency import EfficiencyMeter, cached_peak_flops, measure_peak_flops, process_start_time
+from gem.training.eval_predictions import EVAL_PREDICTIONS, KeptPredictions
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile
 from gem.training.planning import MIB, format_plan, rank_totals
 from gem.training.step import LossGuard, build_dense_optimizer, eval_step, train_step
@@ -212,8 +213,9 @@ def load_trained_model(out: str | Path) -> nn.Module:
 
 
 def evaluate(model: nn.Module, loader, env: DistEnv, spec: FeatureSpec, *, precision: str = "fp32",
-             max_batches: int = 0) -> SurfaceTaskMetrics:
-    """``spec``: the model's (its vocabularies must be the window's, else VocabularyMismatch)."""
+             max_batches: int = 0, keep: KeptPredictions | None = None) -> SurfaceTaskMetrics:
+    """``spec``: the model's (its vocabularies must be the window's, else VocabularyMismatch);
+    ``keep``: also collects every example's predictions (gem.training.eval_predictions)."""
     from gem.features.vocab import check_vocabularies
     from gem.training.metrics import SurfaceTaskMetrics
 
@@ -228,7 +230,10 @@ def evaluate(model: nn.Module, loader, env: DistEnv, spec: FeatureSpec, *, preci
             break
         local = rank_slice(batch, env.rank, env.world_size).to(env.device)
         if local.batch_size:
-            metrics.update(eval_step(model, local, precision=precision), local.labels, local.surface)
+            probs = eval_step(model, local, precision=precision)
+            metrics.update(probs, local.labels, local.surface)
+            if keep is not None:
+                keep.add(local.example_id, probs, local.labels)
     model.train(was_training)
     return metrics
 
@@ -380,8 +385,14 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         guard = LossGuard(cfg, env.device, env.world_size)
         tuner = thread_tuner(cfg.threads, env)
 
-        def eval_loader():  # a fresh one per evaluation: eval_batches may stop one midway
-            return make_loader(eval_features, cfg, train=False, split=split, part=eval_part)
+        kept = None  # the last evaluation's predictions, when they are what scoring the export gives
+
+        def holdout_eval():  # a fresh loader per evaluation: eval_batches may stop one midway
+            nonlocal kept
+            loader = make_loader(eval_features, cfg, train=False, split=split, part=eval_part)
+            kept = KeptPredictions(loader.manifest["digest"]) if keeps_predictions(cfg, env, split, loader) else None
+            metrics = evaluate(dmp, loader, env, spec, precision=cfg.precision, max_batches=cfg.eval_batches, keep=kept)
+            return metrics, {f"eval/{k}": v for k, v in metrics.compute().items()}
 
         dmp.train()
         for epoch in range(progress["epoch"], cfg.epochs if not done else progress["epoch"]):
@@ -430,18 +441,14 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             train_metrics = {f"train_epoch/{k}": v for k, v in running.flush().compute().items()}
             tracker.log_metrics({**train_metrics, "epoch": epoch}, step)
             if eval_features:
-                evaluator = evaluate(dmp, eval_loader(), env, spec,
-                                     precision=cfg.precision, max_batches=cfg.eval_batches)
-                eval_metrics = {f"eval/{k}": v for k, v in evaluator.compute().items()}
+                evaluator, eval_metrics = holdout_eval()
                 tracker.log_metrics(eval_metrics, step)
             if done:
                 break
         if step != last_saved:  # the loader may have rewound at its epoch's end: "finished" says it all
             _save(ckpt, dmp, dense_opt, scheduler, loader, step, progress["epoch"], tracker.run_id, finished=True)
         if running is None and eval_features:  # resumed a finished run: the same weights, evaluated again
-            evaluator = evaluate(dmp, eval_loader(), env, spec,
-                                 precision=cfg.precision, max_batches=cfg.eval_batches)
-            eval_metrics = {f"eval/{k}": v for k, v in evaluator.compute().items()}
+            evaluator, eval_metrics = holdout_eval()
         perf = {**meter.summary(), **phases}
         if cfg.compile:
             perf.update({f"perf/compile_cache_{k}": float(v) for k, v in compile_cache_counts().items()})
@@ -451,6 +458,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         full_state = _gather_full_state(dmp, env)
         if env.is_main:
             export_model(full_state, model_cfg, spec, out)
+            _keep_predictions(kept, out, spec)
             _log_outputs(tracker, cfg, out, spec, eval_metrics or train_metrics,
                          evaluator if eval_features else (running.flush() if running is not None else None))
         tracker.end()
@@ -462,6 +470,25 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         if close and not env.launched:
             close_distributed()
     return RunResult(out, step, eval_metrics, train_metrics, perf, tracker.run_id)
+
+
+def keeps_predictions(cfg: TrainConfig, env: DistEnv, split: Split | None, loader) -> bool:
+    """Whether an evaluation's predictions are those scoring the exported model on the
+    whole window gives (gem.training.pyfunc.predict_window): one process, fp32, every
+    batch, a finished window (content digest), no part of a split."""
+    return (env.world_size == 1 and cfg.precision == "fp32" and not cfg.eval_batches and split is None
+            and bool(getattr(loader, "manifest", {}).get("digest")))
+
+
+def _keep_predictions(kept: KeptPredictions | None, out: Path, spec: FeatureSpec) -> None:
+    """``out/eval_predictions.parquet`` for the exported weights, or none (an older file
+    of other weights is removed)."""
+    from gem.model.store import verify
+
+    path = out / EVAL_PREDICTIONS
+    path.unlink(missing_ok=True)
+    if kept is not None and kept.parts:
+        kept.write(path, model_digest=verify(out / MODEL_DIR), tasks=spec.tasks)
 
 
 def _log_plan(rows: list[dict], env: DistEnv, tracker: Tracker, *, resumed_at: int | None) -> None:

@@ -86,11 +86,22 @@ def _log_gate_run(decision: GateDecision, cfg: GateConfig, eval_features: str, m
 
 
 # -- the teacher -------------------------------------------------------------------------------
-def teacher_predictions(model_uri: str, eval_features: str) -> tuple[np.ndarray, np.ndarray]:
+def teacher_predictions(model_uri: str, eval_features: str, kept: str = "") -> tuple[np.ndarray, np.ndarray]:
     """(click labels, click probabilities) of a registered teacher on every example of
-    a holdout window (a window of other vocabularies is refused)."""
+    a holdout window (a window of other vocabularies is refused). ``kept``: the predictions
+    its training run kept (gem.training.eval_predictions), read instead of scoring when
+    they are of this version's weights (the digest its files are checked against on every
+    load) on this very window (its content digest); otherwise it is scored."""
     import mlflow
 
+    if kept:  # before torch loads: the digests need none
+        from gem.model.store import resolve, verify
+        from gem.training.eval_predictions import read_kept
+
+        folder, _, _ = resolve(model_uri, mlflow.get_tracking_uri())
+        found = read_kept(kept, model_digest=verify(folder), features_dir=eval_features, task="click")
+        if found is not None:
+            return found
     from gem.knowledge.teacher import load_teacher
     from gem.training.pyfunc import predict_window
 
@@ -100,14 +111,16 @@ def teacher_predictions(model_uri: str, eval_features: str) -> tuple[np.ndarray,
     return scored["labels"][:, task].astype(np.float64), scored["probs"][:, task].astype(np.float64)
 
 
-def gate_teacher(version: str, eval_features: str, ctx: RunContext, cfg: GateConfig | None = None) -> dict:
+def gate_teacher(version: str, eval_features: str, ctx: RunContext, cfg: GateConfig | None = None,
+                 kept: str = "") -> dict:
     """The new teacher's decision: the floors, then the champion's figures on the same
-    holdout (or ``min_auc`` with no champion). Staged: ``promote`` applies it."""
+    holdout (or ``min_auc`` with no champion). Staged: ``promote`` applies it. ``kept``:
+    the training run's holdout predictions (``teacher_predictions``)."""
     cfg = (cfg or GateConfig()).validate()
     ctx.configure()
     name = registry.TEACHER_MODEL
     uri = registry.model_uri(name, version)
-    labels, probs = teacher_predictions(uri, eval_features)
+    labels, probs = teacher_predictions(uri, eval_features, kept)
     plot = {f"challenger v{version}": probs}
     current = registry.champion_version(name)
     champion_uri, champion = None, None

@@ -32,11 +32,13 @@ def knowledge(teacher_uri: str, features: list[str], out_root: str, feast_repo: 
     from gem.knowledge.feast import register_knowledge
     from gem.knowledge.generate import generate_knowledge
     from gem.knowledge.teacher import load_teacher
+    from gem.training.threads import thread_tuner
 
     cfg = load_config(KnowledgeConfig, section="knowledge", preset=preset)
     tracking_uri = ctx.configure()
     teacher = load_teacher(teacher_uri, tracking_uri)
     outputs, examples = [], 0
+    tuner = thread_tuner(cfg.threads)  # one for every window: the threads are tried once, not per window
     with tracked(ctx, "knowledge", tags={tracking.TAG_TEACHER_VERSION: teacher.version,
                                          tracking.TAG_FEATURE_VIEWS: KNOWLEDGE_VIEWS}):
         windows = _windows(features, lead_from, cfg.lead_days)
@@ -46,7 +48,7 @@ def knowledge(teacher_uri: str, features: list[str], out_root: str, feast_repo: 
         for features_dir, name, start, end in windows:
             log_features_input(features_dir, "scoring" if name != "lead" else "scoring (lead)")
             out = Path(out_root) / name
-            manifest = generate_knowledge(teacher, features_dir, out, cfg, start=start, end=end)
+            manifest = generate_knowledge(teacher, features_dir, out, cfg, start=start, end=end, tuner=tuner)
             outputs.append(str(out))
             examples += manifest["counts"]["examples"]
             mlflow.log_metric(f"knowledge/{name}/examples_per_s", manifest["examples_per_s"])

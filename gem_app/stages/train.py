@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gem import registry, tracking
+from gem.training.eval_predictions import EVAL_PREDICTIONS
 from gem.training.tracking import MODEL_NAME_TAG
 from gem.utils.evidence import auc_text
 from gem.utils.paths import shown
@@ -32,6 +33,9 @@ class TrainResult(StageResult):
     model_uri: str
     metrics: dict[str, float] = field(default_factory=dict)
     steps: int = 0
+    # the holdout predictions the training run kept (gem.training.eval_predictions): its gate
+    # reads them instead of scoring the same weights again when the digests match; "" if none
+    eval_predictions: str = ""
 
 
 def _run_id(out_dir: Path, key: dict, ctx: RunContext, window: str, digest: str, init_from: str) -> str:
@@ -176,9 +180,10 @@ def train(features: str, eval_features: str, out: str, preset: str, ctx: RunCont
     describe_teacher(str(version.version), window=window, digest=digest, run_id=run_id, init_from=init_from,
                      features=features, holdout=holdout_text(metrics, eval_features))
     fault_point("train:registered")
+    kept = out_dir / EVAL_PREDICTIONS
     result = TrainResult(run_id=run_id, model_version=str(version.version),
                          model_uri=registry.model_uri(registry.TEACHER_MODEL, version.version),
-                         metrics=metrics, steps=steps)
+                         metrics=metrics, steps=steps, eval_predictions=str(kept) if kept.is_file() else "")
     reuse.put(result.as_dict())
     figure("steps", steps)
     figure("holdout AUC", auc_text(metrics.get("eval/auc/all/click"), metrics.get("eval/positives/all/click"),

@@ -227,3 +227,23 @@ def test_a_window_without_impressions_writes_empty_tables(world, tmp_path):
     predictions = pq.read_table(tmp_path / "k" / PREDICTIONS)
     assert predictions.num_rows == 0 and set(OWN_COLUMNS) | set(SURFACE_COLUMNS) <= set(predictions.column_names)
     assert pq.read_table(tmp_path / "k" / USER_EMBEDDING).num_rows == 0
+
+
+def test_one_thread_tuner_over_several_windows_tries_the_threads_once(world, tmp_path):
+    """The knowledge stage shares one tuner between its windows: the trial steps (some
+    with the slower thread count) happen once, and the knowledge is the same."""
+    from gem.knowledge.config import KnowledgeConfig
+    from gem.training.threads import ThreadTuner
+
+    tuner = ThreadTuner(choices=(2, 1), trial_steps=2, recheck_every=1000)
+    cfg = KnowledgeConfig(batch_size=64)
+    teacher = load_teacher(world.teacher_uri, world.tracking_uri)
+    for name in ("student", "eval"):
+        generate_knowledge(teacher, world.features[name], tmp_path / name, cfg, tuner=tuner)
+        fixed = generate_knowledge(teacher, world.features[name], tmp_path / f"{name}-fixed",
+                                   KnowledgeConfig(batch_size=64, threads=1))
+        assert fixed["counts"]["examples"] > 64  # several batches
+        np.testing.assert_allclose(pq.read_table(tmp_path / name / PREDICTIONS).to_pandas()[list(OWN_COLUMNS)],
+                                   pq.read_table(tmp_path / f"{name}-fixed" / PREDICTIONS).to_pandas()[
+                                       list(OWN_COLUMNS)], rtol=1e-5, atol=1e-6)
+    assert {n: len(c) for n, c in tuner.cost.items()} == {2: 2, 1: 2}  # one trial round over both windows
