@@ -10,7 +10,7 @@ def distill(job: dict, student: Output[Model], metrics: Output[Metrics]) -> dict
     import json
 
     from gem import registry
-    from gem_app.components.runtime import log_figures, run_context
+    from gem_app.components.runtime import log_figures, run_context, share_cores
     from gem_app.stages.distill import distill as run
     from gem_app.stages.distill import skipped_result
 
@@ -18,6 +18,7 @@ def distill(job: dict, student: Output[Model], metrics: Output[Metrics]) -> dict
         with open(student.path, "w") as f:
             json.dump({"skipped": job["skip"]}, f)
         return skipped_result(job).as_dict()
+    share_cores()  # the loop trains its surfaces side by side
     result = run(job["surface"], job["train_features"], job["eval_features"], job["feast_repo"],
                  job["teacher_uri"], job["out"], run_context(job["ctx"]), preset=job["preset"],
                  teacher_version=job["teacher_version"])

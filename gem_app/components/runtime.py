@@ -16,6 +16,9 @@ from __future__ import annotations
 import os
 
 KFP_RUN_ID_ENV = "GEM_KFP_RUN_ID"
+# set by a local run (gem_app/pipelines/local.py): how many iterations of a ParallelFor
+# kfp.local runs at once on this machine
+LOCAL_PARALLEL_ENV = "GEM_LOCAL_PARALLEL_TASKS"
 KFP_RUN_TAG = "gem.kfp_run_id"
 ACTIVE_RUN = ".runs/active.json"
 
@@ -27,6 +30,18 @@ def record_active_run(ctx) -> None:
     from gem.utils.atomic import write_text
 
     write_text(ctx.dumps(), Path(ctx.tracking_root) / ACTIVE_RUN)
+
+
+def share_cores() -> None:
+    """A task of a loop that a local run executes beside others on this machine: torch
+    gets its share of the cores instead of one thread per core in every task (oversubscribed,
+    each op waits at a barrier for a thread the OS gave to the other task). Elsewhere
+    (a cluster's pods, one process) nothing changes."""
+    tasks = int(os.environ.get(LOCAL_PARALLEL_ENV, "0") or 0)
+    if tasks > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // tasks))
 
 
 def run_context(tracking: str):

@@ -30,9 +30,18 @@ def new_run_id() -> str:
     return f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S%f}-{secrets.token_hex(2)}"
 
 
+# kfp.local runs at most 2 iterations of a ParallelFor at once (its ParallelExecutor's cap)
+LOCAL_LOOP_PARALLELISM = 2
+
+
 def init_local(pipeline_root: Path) -> None:
+    import os
+
     from kfp import local
 
+    from gem_app.components.runtime import LOCAL_PARALLEL_ENV
+
+    os.environ[LOCAL_PARALLEL_ENV] = str(LOCAL_LOOP_PARALLELISM)  # the tasks inherit it (runtime.share_cores)
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root),
                raise_on_error=True)
 
