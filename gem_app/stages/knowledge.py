@@ -38,7 +38,9 @@ def knowledge(teacher_uri: str, features: list[str], out_root: str, feast_repo: 
     tracking_uri = ctx.configure()
     teacher = load_teacher(teacher_uri, tracking_uri)
     outputs, examples = [], 0
-    tuner = thread_tuner(cfg.threads)  # one for every window: the threads are tried once, not per window
+    # one for every window: the threads are tried once, not per window, and checked again
+    # every ~8 batches (a window is 6-12 of them in the demo) as the machine's load changes
+    tuner = thread_tuner(cfg.threads, recheck_every=8)
     with tracked(ctx, "knowledge", tags={tracking.TAG_TEACHER_VERSION: teacher.version,
                                          tracking.TAG_FEATURE_VIEWS: KNOWLEDGE_VIEWS}):
         windows = _windows(features, lead_from, cfg.lead_days)
@@ -67,7 +69,10 @@ def _windows(features: list[str], lead_from: str, lead_days: int) -> list[tuple[
     from gem.features.loader import read_manifest
 
     windows: list[tuple[str, str, str | None, str | None]] = [(f, Path(f).name, None, None) for f in features]
-    if lead_from and lead_days:
-        end = parse_utc(read_manifest(lead_from)["window"]["end"])
+    if lead_from and lead_days:  # up to the first downstream window (earlier than the teacher's end: overlapped)
+        ends = [read_manifest(lead_from)["window"]["end"], *(read_manifest(f)["window"]["start"] for f in features[:1])]
+        end = min(parse_utc(e) for e in ends)
+        if end <= parse_utc(read_manifest(lead_from)["window"]["start"]):
+            return windows  # the students' window starts with the teacher's: nothing before it to lead with
         windows.insert(0, (lead_from, "lead", (end - dt.timedelta(days=lead_days)).isoformat(), end.isoformat()))
     return windows
