@@ -3,7 +3,11 @@
 Teacher ``[start, teacher_end)``, students ``[teacher_end, student_end)``, holdout
 ``[student_end, end)``; UTC ISO-8601 strings: whole days cut from the dataset's own
 days (``split_windows``) or at given time cut points (``cut_windows``). ``window_tag``
-is the one spelling of a window used in lineage tags.
+is the one spelling of a window used in lineage tags. ``overlap_students`` lets the
+students also train on the teacher window's last days (``student_start`` before
+``teacher_end``: as GEM's verticals train on the days their foundation model saw); the
+rows from ``teacher_end`` stay the fresh ones (the students' validation part, the
+adapter's fit).
 
 Explicit splits of the examples from outside (a benchmark's or a paper's protocol):
 ``Split`` (time cut points, or a file of example ids with their part) and its
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +35,28 @@ class Windows:
     teacher_end: str
     student_end: str
     end: str
+    student_start: str = ""  # "" = teacher_end (no overlap)
 
     def as_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return asdict(self) | {"student_start": self.students_from}
+
+    @property
+    def students_from(self) -> str:
+        """Where the students' training window starts (teacher_end unless overlapped)."""
+        return self.student_start or self.teacher_end
+
+
+def overlap_students(windows: Windows, days: int) -> Windows:
+    """``windows`` with the students' window starting ``days`` days before the teacher's
+    end (at most at the teacher's start; 0: no overlap)."""
+    from gem.data.contract import parse_utc
+
+    if days < 0:
+        raise WindowError(f"student_overlap_days={days} must be >= 0")
+    if not days:
+        return windows
+    start = max(parse_utc(windows.teacher_end) - dt.timedelta(days=days), parse_utc(windows.start))
+    return replace(windows, student_start=start.isoformat())
 
 
 def window_tag(start: object, end: object) -> str:

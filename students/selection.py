@@ -37,12 +37,18 @@ class Chosen:
     refit: dict = field(default_factory=dict)  # {"epochs", "rows"} when retrained on the whole window
 
 
-def validation_split(table: StudentTable, share: float) -> tuple[StudentTable, StudentTable]:
+def validation_split(table: StudentTable, share: float, fresh_from: str = "") -> tuple[StudentTable, StudentTable]:
     """(older rows, the newest ``share`` of the rows), cut at one event time, so rows of
-    the same instant stay on one side and validation is strictly after training."""
+    the same instant stay on one side and validation is strictly after training. With
+    ``fresh_from`` (ISO), the share is of the rows from then on (a window that overlaps
+    the teacher's: its earlier rows always train)."""
     if not 0 < share < 1:
         raise ValueError(f"validation share {share} must be in (0, 1)")
     times = np.sort(table.event_time_us.numpy())
+    if fresh_from:
+        from students.protocol import to_us
+
+        times = times[times >= to_us(fresh_from)]
     if len(times) < 2:
         raise ValueError(f"the student window holds {len(times)} rows: too few to hold out a validation part")
     at = int(times[min(int(len(times) * (1 - share)), len(times) - 1)])

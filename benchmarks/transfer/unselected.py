@@ -1,7 +1,7 @@
 """The pipeline's students as they were before selection on validation (issue 43), on a
 finished pipeline workspace's own windows, teacher and knowledge:
 
-    python -m benchmarks.transfer.unselected WORKSPACE OUT [--current] [KEY=VALUE ...]
+    python -m benchmarks.transfer.unselected WORKSPACE OUT [--current] [--overlap-days N] [KEY=VALUE ...]
 
 For every surface the run trained a student for, the distill stage with the `pipeline`
 preset as it was (one config, 3 epochs, every student row trained on), tracked under OUT
@@ -10,7 +10,11 @@ the no-teacher reference's and the teacher's holdout figures and student - teach
 paired. Compare with the workspace's summary.json (the selected students). ``--current``:
 the preset as it is now instead (the students of today's code on that workspace's
 teacher and knowledge); KEY=VALUE: overrides of the students' config on top (e.g. a
-grid: 'selection.grid=[{}, {transfer.adapter.weight: 0.9}]')."""
+grid: 'selection.grid=[{}, {transfer.adapter.weight: 0.9}]'). ``--overlap-days N``: the
+students also train on the teacher window's last N days (``pipeline run
+--student-overlap-days``): that window's features and the teacher's knowledge on it are
+built under OUT by the pipeline's own stages (the workspace's MLflow store and Feast repo
+copied there first; the workspace is not changed), validation kept to the fresh rows."""
 
 from __future__ import annotations
 
@@ -27,6 +31,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     args = sys.argv[1:] if argv is None else argv
     current = "--current" in args
+    overlap = 0
+    if "--overlap-days" in args:
+        at = args.index("--overlap-days")
+        overlap, args = int(args[at + 1]), args[:at] + args[at + 2:]
     extra = [a for a in args if "=" in a]
     args = [a for a in args if a != "--current" and "=" not in a]
     if len(args) != 2:
@@ -34,19 +42,50 @@ def main(argv: list[str] | None = None) -> dict:
     workspace, out = Path(args[0]), Path(args[1])
     summary = json.loads((workspace / "summary.json").read_text())
     ctx = RunContext(pipeline_run_id="unselected", tracking_root=str(out))
+    train, feast, fresh_from = str(workspace / "features" / "student"), str(workspace / "feast"), ""
+    if overlap:
+        train, feast, fresh_from = overlapped_window(workspace, out, overlap, summary["teacher"]["model_uri"], ctx)
     rows = {}
     for row in summary["surfaces"]:
         if row["student"] == "none trained":
             continue
         s = row["surface"]
-        r = distill(s, str(workspace / "features" / "student"), str(workspace / "features" / "holdout"),
-                    str(workspace / "feast"), summary["teacher"]["model_uri"], str(out / "students"), ctx,
-                    preset="pipeline", overrides=([] if current else UNSELECTED) + extra)
+        r = distill(s, train, str(workspace / "features" / "holdout"), feast, summary["teacher"]["model_uri"],
+                    str(out / "students"), ctx, preset="pipeline", overrides=([] if current else UNSELECTED) + extra,
+                    fresh_from=fresh_from)
         rows[s] = {"student": r.metrics["student"], "no_teacher": r.metrics["no_teacher"],
                    "teacher": r.metrics.get("teacher", {}), "vs_teacher": r.vs_teacher, "lift": r.lift}
         print(s, json.dumps(rows[s]), flush=True)
     (out / "unselected.json").write_text(json.dumps(rows, indent=1, default=str))
     return rows
+
+
+def overlapped_window(workspace: Path, out: Path, days: int, teacher_uri: str, ctx) -> tuple[str, str, str]:
+    """(features, Feast repo, fresh_from) of the students' window started ``days`` before
+    the teacher's end, built under ``out`` as the pipeline builds it."""
+    import shutil
+
+    from gem.features.loader import read_manifest
+    from gem.protocol import Windows, overlap_students
+    from gem_app.stages.features import features_finalize, features_plan, features_shard
+    from gem_app.stages.knowledge import knowledge
+
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / "mlflow.db").exists():  # the teacher's registry, so the knowledge stage can load it
+        shutil.copy2(workspace / "mlflow.db", out / "mlflow.db")
+        shutil.copytree(workspace / "feast", out / "feast", dirs_exist_ok=True)
+    teacher, student = (read_manifest(str(workspace / "features" / w))["window"] for w in ("teacher", "student"))
+    windows = overlap_students(Windows(start=teacher["start"], teacher_end=teacher["end"], student_end=student["end"],
+                                       end=student["end"]), days)
+    features, vocab = out / "features" / "student", str(workspace / "features" / "teacher")
+    preset = json.loads((workspace / "run.json").read_text())["params"]["features_preset"]
+    for shard in features_plan(str(workspace / "clean"), str(features), windows.students_from, windows.student_end,
+                               preset, vocab_from=vocab):
+        features_shard(str(features), shard)
+    features_finalize(str(features), preset, ctx, "student", vocab_from=vocab)
+    knowledge(teacher_uri, [str(features), str(workspace / "features" / "holdout")], str(out / "knowledge"),
+              str(out / "feast"), ctx, lead_from=vocab)
+    return str(features), str(out / "feast"), windows.teacher_end
 
 
 if __name__ == "__main__":

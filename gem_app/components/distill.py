@@ -21,7 +21,7 @@ def distill(job: dict, student: Output[Model], metrics: Output[Metrics]) -> dict
     share_cores()  # the loop trains its surfaces side by side
     result = run(job["surface"], job["train_features"], job["eval_features"], job["feast_repo"],
                  job["teacher_uri"], job["out"], run_context(job["ctx"]), preset=job["preset"],
-                 teacher_version=job["teacher_version"])
+                 teacher_version=job["teacher_version"], fresh_from=job.get("fresh_from", ""))
     for who, figures in result.metrics.items():
         log_figures(metrics, figures, prefix=f"{who}.")
     log_figures(metrics, result.lift, prefix="lift.")

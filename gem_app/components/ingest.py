@@ -8,10 +8,11 @@ from gem_app.components.base import component
 @component
 def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_config: str, code_version: str,
            workspace: str, student_days: int, holdout_days: int, teacher_days: int, surfaces: list,
-           window_evidence: dict, late_data: str, clean_data: Output[Dataset], report: Output[Markdown]
-           ) -> NamedTuple("Ingested", clean=str, clean_digest=str, start=str, teacher_end=str, student_end=str,
-                           end=str, teacher_features=str, student_features=str, holdout_features=str, surfaces=list,
-                           days=str):
+           window_evidence: dict, late_data: str, clean_data: Output[Dataset], report: Output[Markdown],
+           student_overlap_days: int = 0
+           ) -> NamedTuple("Ingested", clean=str, clean_digest=str, start=str, teacher_end=str, student_start=str,
+                           student_end=str, end=str, teacher_features=str, student_features=str,
+                           holdout_features=str, surfaces=list, days=str):
     """Simulate a dataset when ``data`` is empty, validate it (bad rows quarantined),
     write the clean copy to the workspace and split the time windows (a window of 0 days:
     chosen by ``window_evidence``, gem.protocol.Evidence fields); ``surfaces``
@@ -19,7 +20,8 @@ def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_conf
     ``surfaces`` output lists those the student and holdout windows can train and rank.
     ``late_data`` (refuse | backfill; empty: not checked): the days since the last
     committed run that changed or are new (gem_app.stages.late_data); ``days``: the file
-    of each day's content digest, for the commit. Cache key: the dataset's digest (or the
+    of each day's content digest, for the commit. ``student_overlap_days``: the students'
+    window (``student_start``) begins that many days before the teacher's end. Cache key: the dataset's digest (or the
     simulator config's), the protocol and the code version."""
     from collections import namedtuple
 
@@ -28,7 +30,7 @@ def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_conf
 
     result = run(data, workspace, sim_preset, run_context(tracking), student_days=student_days,
                  holdout_days=holdout_days, teacher_days=teacher_days, surfaces=list(surfaces) or None,
-                 evidence=dict(window_evidence), late_data=late_data)
+                 evidence=dict(window_evidence), late_data=late_data, student_overlap_days=student_overlap_days)
     with open(report.path, "w") as f:
         f.write(f"# Data validation\n\n```\n{result.summary}\n```\n")
     with open(clean_data.path, "w") as f:
@@ -39,8 +41,9 @@ def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_conf
                                 **{f"evidence.{k}": v for k, v in result.evidence.items()},
                                 **{f"window.{k}": v for k, v in result.windows.items()}})
     w, feats = result.windows, result.features
-    fields = ["clean", "clean_digest", "start", "teacher_end", "student_end", "end", "teacher_features",
-              "student_features", "holdout_features", "surfaces", "days"]
+    fields = ["clean", "clean_digest", "start", "teacher_end", "student_start", "student_end", "end",
+              "teacher_features", "student_features", "holdout_features", "surfaces", "days"]
     return namedtuple("Ingested", fields)(result.clean, result.data_digest, w["start"], w["teacher_end"],
-                                          w["student_end"], w["end"], feats["teacher"], feats["student"],
+                                          w.get("student_start") or w["teacher_end"], w["student_end"], w["end"],
+                                          feats["teacher"], feats["student"],
                                           feats["holdout"], result.surfaces, result.days)

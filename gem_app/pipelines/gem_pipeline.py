@@ -52,6 +52,8 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
                      # 0 days: the window is chosen by window_evidence (gem.protocol.Evidence fields)
                      student_days: int = 1 if refresh else 0, holdout_days: int = 1 if refresh else 0,
                      teacher_days: int = 1 if refresh else 0,
+                     # > 0: the students also train on the teacher window's last N days
+                     student_overlap_days: int = 0,
                      # late or corrected days since the last committed run: refuse | backfill
                      # ("": not checked; the local refresh checks them in its state.json)
                      late_data: str = "refuse" if refresh else "",
@@ -70,7 +72,7 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
             tracking=tracking, data=data, data_digest=started.outputs["data_digest"], sim_preset=sim_preset,
             sim_config=configs["sim"], code_version=code, workspace=workspace, student_days=student_days,
             holdout_days=holdout_days, teacher_days=teacher_days, surfaces=surfaces,
-            window_evidence=window_evidence, late_data=late_data), cluster)
+            window_evidence=window_evidence, late_data=late_data, student_overlap_days=student_overlap_days), cluster)
         init_from, teacher_vocab, teacher_vocab_digest = "", "", ""
         if refresh:
             champion = configure_task(resolve_champion(ctx=ctx), cluster)
@@ -85,7 +87,8 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
                                         end=teacher_end, vocab_from=teacher_vocab, vocab_digest=teacher_vocab_digest,
                                         name="teacher")
         teacher_path, teacher_digest = teacher_feats.outputs["path"], teacher_feats.outputs["digest"]
-        student_feats = features_window(**window, out=ingested.outputs["student_features"], start=teacher_end,
+        student_feats = features_window(**window, out=ingested.outputs["student_features"],
+                                        start=ingested.outputs["student_start"],
                                         end=student_end, vocab_from=teacher_path, vocab_digest=teacher_digest,
                                         name="student")
         holdout_feats = features_window(**window, out=ingested.outputs["holdout_features"], start=student_end,
@@ -114,7 +117,7 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
             feast_repo=repo.output, teacher_uri=teacher.outputs["model_uri"],
             teacher_version=generated.outputs["Output"],
             out=f"{workspace}/students", preset=student_preset, students_config=configs["students"],
-            code_version=code, gate=gate_settings, teacher_gate=teacher_gate.output), cluster)
+            code_version=code, gate=gate_settings, teacher_gate=teacher_gate.output, fresh_from=teacher_end), cluster)
         # the loop body reads only its job (kfp.local resolves outer task outputs wrongly in loops)
         with dsl.ParallelFor(jobs.output, parallelism=distill_parallelism) as job:
             distilled = configure_task(distill(job=job), cluster)

@@ -121,7 +121,7 @@ def teacher_window(teacher_version: str) -> str:
 
 
 def reuse_key(cfg, surface: str, train_features: str, eval_features: str, feast_repo: str,
-              teacher_version: str) -> dict:
+              teacher_version: str, fresh_from: str = "") -> dict:
     """What a recorded student depends on: the teacher version, both features windows
     (window and content digest), the knowledge registered in the Feast repo (digest and
     window: a new teacher's knowledge is a new input) and the resolved config."""
@@ -133,12 +133,15 @@ def reuse_key(cfg, surface: str, train_features: str, eval_features: str, feast_
     return {"surface": surface, "teacher": teacher_version if cfg.transfer.needs_teacher() else "none",
             "train": list(features_lineage(train_features)), "eval": list(features_lineage(eval_features)),
             "knowledge": [knowledge.get("digest", ""), *knowledge.get("window", [])],
-            "config": value_digest(flatten(cfg))}
+            "config": value_digest(flatten(cfg)), **({"fresh_from": fresh_from} if fresh_from else {})}
 
 
 def distill(surface: str, train_features: str, eval_features: str, feast_repo: str, teacher_uri: str,
             out: str, ctx: RunContext, preset: str = "pipeline", overrides: list[str] | None = None,
-            teacher_version: str = "") -> DistillResult:
+            teacher_version: str = "", fresh_from: str = "") -> DistillResult:
+    """``fresh_from`` (ISO): where the training window's rows after the teacher's window
+    begin, when it overlaps the teacher's (``--student-overlap-days``): validation is cut
+    from those rows only, since the teacher's predictions on its own days are in-sample."""
     import mlflow
 
     from gem.config import flatten, run_params
@@ -155,7 +158,7 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
     teacher_version = resolve_teacher(teacher_uri, teacher_version)
     window = features_lineage(train_features)[0]
     reuse = Reuse(Path(out) / f"{surface}.json",
-                  reuse_key(cfg, surface, train_features, eval_features, feast_repo, teacher_version))
+                  reuse_key(cfg, surface, train_features, eval_features, feast_repo, teacher_version, fresh_from))
     if done := reuse.get():
         return DistillResult(**done)
     pending = Reuse(Path(out) / f".{surface}.pending.json", reuse.key)
@@ -175,7 +178,8 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
         base_cfg = capacity_matched(cfg, teacher_emb_width=0 if train.teacher_emb is None else
                                     int(train.teacher_emb.shape[1]),
                                     teacher_embedding_dim=int(teacher.model.cfg.embedding_dim) if teacher else 0)
-        chosen = choose_students(train, holdout, spec, cfg, surface, teacher.model if teacher else None, base_cfg)
+        chosen = choose_students(train, holdout, spec, cfg, surface, teacher.model if teacher else None, base_cfg,
+                                 fresh_from=fresh_from)
         baseline, student, windows = chosen["no_teacher"].result, chosen["student"].result, chosen["windows"]
         if student.model.knowledge:  # the store it learned from, as this run records paths (students/lineage.py)
             student.model.knowledge["feast_repo"] = shown(feast_repo, ctx.tracking_root)
@@ -232,7 +236,7 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
 HOLDOUT_ARTIFACT = "holdout/{who}.parquet"
 
 
-def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base_cfg) -> dict:
+def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base_cfg, fresh_from: str = "") -> dict:
     """The transfer student and its no-teacher reference: with ``selection.validation_share``,
     each chosen on validation over its grid (students/selection.py) and recalibrated where
     the rule says; otherwise each trained once at the preset."""
@@ -245,7 +249,7 @@ def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base
         run = run_distill(train, holdout, spec, cfg, teacher_model=teacher_model)
         return {"no_teacher": Chosen(base_out.students[surface], {}), "student": Chosen(run.students[surface], {}),
                 "windows": run.windows}
-    fit, valid = validation_split(train, sel.validation_share)
+    fit, valid = validation_split(train, sel.validation_share, fresh_from=fresh_from)
     student = select(fit, valid, holdout, spec, cfg, surface, sel.grid, teacher_model=teacher_model)
     baseline = select(fit, valid, holdout, spec, base_cfg, surface, sel.no_teacher_grid)  # already capacity-matched
     if sel.calibrate:

@@ -2,7 +2,9 @@
 copy (bad rows quarantined with their reason), and cut the protocol's time windows: by
 evidence (the default, ``evidence_windows``: the latest spans that hold enough examples
 and clicks per surface, printed with their sizes), the last days (``split_windows``:
-``student_days`` and ``holdout_days`` > 0), or explicit time cut points (``cut_windows``).
+``student_days`` and ``holdout_days`` > 0), or explicit time cut points (``cut_windows``);
+``student_overlap_days`` > 0 starts the students' window that many days before the
+teacher's end (``gem.protocol.overlap_students``).
 
 Cut points come as ``cuts`` or, from `pipeline run --cut`, as the workspace's
 ``cuts.json`` (``write_cuts``): the compiled pipeline has no parameter for them, and a
@@ -14,7 +16,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gem import tracking
-from gem.protocol import Evidence, check_windows, cut_windows, dataset_window_tag, evidence_windows, split_windows
+from gem.protocol import (
+    Evidence,
+    check_windows,
+    cut_windows,
+    dataset_window_tag,
+    evidence_windows,
+    overlap_students,
+    split_windows,
+)
 from gem.utils.digest import tree_digest, value_digest
 from gem.utils.progress import figure, warning
 from gem_app.stages.context import Reuse, RunContext, StageResult, tracked
@@ -62,6 +72,9 @@ def _show(result: IngestResult) -> None:
         warning(text)
     for name, text in result.evidence.items():
         figure(name, text)
+    w = result.windows
+    if w.get("student_start", w["teacher_end"]) != w["teacher_end"]:
+        figure("students also train on", f"{w['student_start'][:10]}..{w['teacher_end'][:10]} (the teacher's days)")
 
 
 def simulate(out: str, preset: str, ctx: RunContext, overrides: list[str] | None = None) -> dict:
@@ -110,7 +123,8 @@ def check_surfaces(data: str, surfaces: list[str] | None) -> list[str]:
 
 def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, student_days: int = 0,
            holdout_days: int = 0, teacher_days: int = 0, surfaces: list[str] | None = None,
-           cuts: list[str] | None = None, evidence: dict | None = None, late_data: str = "") -> IngestResult:
+           cuts: list[str] | None = None, evidence: dict | None = None, late_data: str = "",
+           student_overlap_days: int = 0) -> IngestResult:
     """A rerun reuses the result only when the dataset's bytes (or the simulator's
     config) and the protocol are unchanged. ``surfaces`` (asked for) are checked against
     the data first: a surface it lacks fails here, before any work. ``cuts`` (default:
@@ -143,6 +157,8 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
     if not cuts and not by_days:
         protocol["evidence"] = asdict(proof)
     protocol["surfaces"] = sorted(surfaces or [])
+    if student_overlap_days:
+        protocol["student_overlap_days"] = student_overlap_days
     source = {"data": dataset.digest} if dataset else {"simulator": sim_preset}
     reuse = Reuse(ws / "ingest.json", {**source, **protocol})
     if (done := reuse.get()) and (ws / "clean").is_dir() and tree_digest(ws / "clean") == done["data_digest"]:
@@ -168,6 +184,7 @@ def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, stude
             raise UserError("teacher_days (continued pretraining) takes --student-days and --holdout-days")
         chosen = evidence_windows(ws / "clean", proof, student_days=student_days, holdout_days=holdout_days)
         windows = chosen.windows
+    windows = overlap_students(windows, student_overlap_days)
     # students only where the student and holdout windows can train and rank (fails fast
     # when a window holds no example or one label only)
     planned, window_warnings = check_windows(ws / "clean", windows, surfaces)

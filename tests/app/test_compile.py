@@ -307,6 +307,26 @@ def test_cache_keys_change_when_and_only_when_content_changes(compiled):
     assert changed(sim_config="s2") == everything  # a simulated dataset: new simulator settings, new data
 
 
+def test_the_students_window_starts_where_ingest_says_and_validation_where_the_teacher_ends(compiled):
+    """``student_overlap_days``: the student features window starts at ingest's
+    ``student_start`` (the teacher's end unless overlapped), the holdout at the students'
+    end, and the distill plan learns where the fresh rows begin (``teacher_end``)."""
+    docs, _ = compiled
+    spec, _ = docs[GEM_YAML]
+    assert spec["root"]["inputDefinitions"]["parameters"]["student_overlap_days"]["defaultValue"] == 0
+    root = spec["root"]["dag"]["tasks"]
+
+    def source(task: str, name: str) -> str:
+        return root[task]["inputs"]["parameters"][name]["taskOutputParameter"]["outputParameterKey"]
+
+    windows = {root[t]["inputs"]["parameters"]["name"]["runtimeValue"]["constant"]: t
+               for t in root if t.startswith("features-window")}
+    assert (source(windows["student"], "start"), source(windows["student"], "end")) == ("student_start",
+                                                                                        "student_end")
+    assert source(windows["teacher"], "end") == source("distill-plan", "fresh_from") == "teacher_end"
+    assert source(windows["holdout"], "start") == "student_end"
+
+
 def test_the_simulator_config_is_no_key_of_a_run_on_given_data(tmp_path):
     from gem_app.components.runtime import fingerprint
 

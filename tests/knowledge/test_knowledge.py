@@ -197,6 +197,35 @@ def test_the_knowledge_stage_covers_a_lead_so_the_first_student_day_reads_embedd
     assert (np.abs(read[True]).sum(axis=1) > 0).mean() > 0.5  # most users read an embedding
 
 
+def test_the_lead_ends_where_an_overlapping_student_window_starts(world, tmp_path):
+    """``--student-overlap-days``: the students' window starts inside the teacher's; the
+    lead covers the days before that start (not rows the student window already has), and
+    none when the overlap reaches the teacher's first day."""
+    import datetime as dt
+    import shutil
+
+    from gem.data.contract import parse_utc
+    from gem_app.stages.knowledge import _windows
+
+    teacher = str(world.features["teacher"])
+    t_start, t_end = (parse_utc(x) for x in WINDOWS["teacher"])
+
+    def student_from(start: dt.datetime) -> str:
+        folder = tmp_path / start.strftime("s%Y%m%d%H")
+        shutil.copytree(world.features["student"], folder)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["window"]["start"] = start.isoformat()
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        return str(folder)
+
+    plain = _windows([str(world.features["student"])], teacher, 1)
+    assert plain[0][1:] == ("lead", (t_end - dt.timedelta(days=1)).isoformat(), t_end.isoformat())
+    start = t_end - dt.timedelta(hours=12)
+    lead = _windows([student_from(start)], teacher, 1)[0]
+    assert lead[1:] == ("lead", (start - dt.timedelta(days=1)).isoformat(), start.isoformat())
+    assert [w[1] for w in _windows([student_from(t_start)], teacher, 1)] == [f"s{t_start:%Y%m%d%H}"]
+
+
 def test_a_window_inside_a_shard_gets_only_its_own_examples(world, tmp_path):
     """start/end narrower than the build's window (here inside its shards): the teacher
     runs, and knowledge is written, for exactly the window's impressions."""

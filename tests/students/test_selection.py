@@ -47,6 +47,22 @@ def test_validation_is_the_newest_share_by_time(tables):
         validation_split(train, 1.0)
 
 
+def test_validation_keeps_to_the_fresh_rows_of_a_window_that_overlaps_the_teachers(tables):
+    """``--student-overlap-days``: the rows before the teacher's end (``fresh_from``) always
+    train; validation is the newest share of the rows after it."""
+    from students.protocol import iso, to_us
+
+    train, _, _ = tables
+    times = np.sort(train.event_time_us.numpy())
+    fresh_from = iso(int(times[len(times) // 2]))  # the older half plays the teacher's last days
+    fit, valid = validation_split(train, 0.25, fresh_from=fresh_from)
+    fresh = int((train.event_time_us >= to_us(fresh_from)).sum())
+    assert len(fit) + len(valid) == len(train)
+    assert int(valid.event_time_us.min()) >= to_us(fresh_from)
+    assert 0.15 < len(valid) / fresh < 0.35  # a share of the fresh rows, not of the whole window
+    assert len(valid) < len(validation_split(train, 0.25)[1])
+
+
 def test_with_point_applies_dotted_overrides_and_checks_them():
     cfg = with_point(_cfg(), {"optim.lr": 0.001, "transfer.kd.weight": 0.3})
     assert cfg.optim.lr == 0.001 and cfg.transfer.kd.weight == 0.3 and cfg.optim.epochs == 3
