@@ -130,24 +130,6 @@ def split_at(table: StudentTable, at_us: int) -> tuple[StudentTable, StudentTabl
     return before, after
 
 
-def without_in_sample_targets(table: StudentTable, fresh_from: str) -> StudentTable:
-    """The table with the teacher's predictions unknown (NaN) on its rows before
-    ``fresh_from`` (ISO): on the days the teacher trained on they are in-sample, closer to
-    the labels than what it says of new days; the losses learn those rows from their labels
-    alone and the adapter's targets fall back to labels there. Embeddings stay inputs."""
-    if table.teacher_logits is None:
-        return table
-    from students.protocol import to_us
-
-    old = table.event_time_us < to_us(fresh_from)
-    out = replace(table, teacher_logits=table.teacher_logits.clone(),
-                  teacher_all=None if table.teacher_all is None else table.teacher_all.clone())
-    out.teacher_logits[old] = float("nan")
-    if out.teacher_all is not None:
-        out.teacher_all[old] = float("nan")
-    return out
-
-
 def keys_frame(table: StudentTable):
     import pandas as pd
 

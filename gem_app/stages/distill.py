@@ -165,10 +165,6 @@ def distill(surface: str, train_features: str, eval_features: str, feast_repo: s
     if (record := pending.get()) and (version := _registered_from(record["run_id"], surface)):
         return DistillResult(**reuse.put({**record["result"], "version": version}))  # killed after registering
     (train, spec), (holdout, _) = student_tables(cfg, train_features, eval_features, feast_repo)
-    if fresh_from:
-        from students.data import without_in_sample_targets
-
-        train = without_in_sample_targets(train, fresh_from)
     teacher = load_teacher(teacher_uri, tracking_uri) if cfg.transfer.sharing != "off" else None
     teacher_version = train.teacher_version or teacher_version or (teacher.version if teacher else teacher_uri)
     with tracked(ctx, f"distill-{surface}", tags={tracking.TAG_SURFACE: surface, tracking.TAG_MODEL_ROLE: "student",

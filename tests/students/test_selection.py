@@ -63,30 +63,6 @@ def test_validation_keeps_to_the_fresh_rows_of_a_window_that_overlaps_the_teache
     assert len(valid) < len(validation_split(train, 0.25)[1])
 
 
-def test_the_teachers_predictions_on_its_own_days_are_not_targets(tables):
-    """On the rows before ``fresh_from`` (the teacher's own days, in-sample) its predictions
-    read as unknown, so the losses learn them from labels; later rows and the embedding
-    inputs are unchanged, and the adapter gives no target there."""
-    from students.adapter import StudentAdapter
-    from students.config import AdapterConfig
-    from students.data import without_in_sample_targets
-    from students.protocol import iso, to_us
-
-    train, _, _ = tables
-    times = np.sort(train.event_time_us.numpy())
-    fresh_from = iso(int(times[len(times) // 2]))
-    out = without_in_sample_targets(train, fresh_from)
-    old = train.event_time_us < to_us(fresh_from)
-    assert old.any() and (~old).any()
-    assert torch.isnan(out.teacher_logits[old]).all() and torch.isnan(out.teacher_all[old]).all()
-    assert torch.equal(out.teacher_logits[~old], train.teacher_logits[~old])
-    assert torch.isfinite(train.teacher_logits).all()  # the input table is not changed
-    assert torch.equal(out.teacher_emb, train.teacher_emb)
-    adapter = StudentAdapter(AdapterConfig(features=[]), len(train.surfaces), train.labels.shape[1], [])
-    probs = adapter.fit(out.subset(~old))(out)
-    assert torch.isnan(probs[old]).all() and torch.isfinite(probs[~old]).all()
-
-
 def test_with_point_applies_dotted_overrides_and_checks_them():
     cfg = with_point(_cfg(), {"optim.lr": 0.001, "transfer.kd.weight": 0.3})
     assert cfg.optim.lr == 0.001 and cfg.transfer.kd.weight == 0.3 and cfg.optim.epochs == 3
