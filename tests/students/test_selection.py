@@ -160,6 +160,42 @@ def test_the_distill_stage_selects_records_and_compares_with_the_teacher(world, 
         mlflow.set_tracking_uri("")
 
 
+def test_the_distill_stage_validates_on_the_rows_after_the_teachers_end(world, tmp_path, monkeypatch):
+    """A student window that overlaps the teacher's (``fresh_from``, from the distill plan):
+    the stage's validation part holds only rows from then on, and the recorded student is
+    keyed on it (a run without it is another student)."""
+    import students.selection as selection
+    from gem_app.stages.distill import distill, reuse_key
+    from students.protocol import iso, to_us
+
+    seen = []
+
+    def spy(table, share, fresh_from=""):
+        fit, valid = split(table, share, fresh_from=fresh_from)
+        seen.append((fresh_from, int(valid.event_time_us.min())))
+        return fit, valid
+
+    split = selection.validation_split
+    monkeypatch.setattr(selection, "validation_split", spy)
+    train, _ = load_table(world.features["student"], from_dict(DistillConfig, {"student": STUDENT}).student)
+    times = np.sort(train.event_time_us.numpy())
+    fresh_from = iso(int(times[int(len(times) * 0.6)]))
+    ctx = RunContext(pipeline_run_id="fresh-test", tracking_root=str(tmp_path))
+    overrides = ["optim.epochs=1", "optim.batch_size=64", "student.history_len=4", "selection.validation_share=0.25",
+                 "selection.grid=[{}]", "selection.no_teacher_grid=[{}]"]
+    try:
+        distill("feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo),
+                world.teacher_uri, str(tmp_path / "students"), ctx, preset="default", overrides=overrides,
+                fresh_from=fresh_from)
+    finally:
+        mlflow.set_tracking_uri("")
+    assert seen and seen[0][0] == fresh_from and seen[0][1] >= to_us(fresh_from)
+    assert seen[0][1] > int(split(train, 0.25)[1].event_time_us.min())  # later than the plain newest share
+    cfg = from_dict(DistillConfig, {"student": STUDENT})
+    args = (cfg, "feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo), "t")
+    assert reuse_key(*args, fresh_from) != reuse_key(*args) == reuse_key(*args, "")
+
+
 def test_platt_recalibration_never_inverts_the_student_s_ranking():
     # issue 43: on MovieLens-1M an unconstrained Platt fit on a small validation part gave
     # a = -8.9, and the recalibrated student ranked its holdout at 0.28 instead of 0.72
