@@ -65,7 +65,6 @@ def overlapped_window(workspace: Path, out: Path, days: int, teacher_uri: str, c
     the teacher's end, built under ``out`` as the pipeline builds it."""
     import shutil
 
-    from gem.features.loader import read_manifest
     from gem.protocol import Windows, overlap_students
     from gem_app.stages.features import features_finalize, features_plan, features_shard
     from gem_app.stages.knowledge import knowledge
@@ -74,9 +73,8 @@ def overlapped_window(workspace: Path, out: Path, days: int, teacher_uri: str, c
     if not (out / "mlflow.db").exists():  # the teacher's registry, so the knowledge stage can load it
         shutil.copy2(workspace / "mlflow.db", out / "mlflow.db")
         shutil.copytree(workspace / "feast", out / "feast", dirs_exist_ok=True)
-    teacher, student = (read_manifest(str(workspace / "features" / w))["window"] for w in ("teacher", "student"))
-    windows = overlap_students(Windows(start=teacher["start"], teacher_end=teacher["end"], student_end=student["end"],
-                                       end=student["end"]), days)
+    recorded = json.loads((workspace / "ingest.json").read_text())["result"]["windows"]  # the run's own windows
+    windows = overlap_students(Windows(**{**recorded, "student_start": ""}), days)
     features, vocab = out / "features" / "student", str(workspace / "features" / "teacher")
     preset = json.loads((workspace / "run.json").read_text())["params"]["features_preset"]
     for shard in features_plan(str(workspace / "clean"), str(features), windows.students_from, windows.student_end,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -170,10 +169,10 @@ def flops_pricer(model: nn.Module, probe: Batch, cache: Path | None = None) -> B
         log.warning("%s: counting every batch's FLOPs instead (one more forward per step)", err)
         return CountedFlops(model, [probe])
     if cache is not None:
-        kept = json.loads(cache.read_text()) if cache.is_file() else {}
+        from gem.utils.atomic import write_json
+
+        kept = json.loads(cache.read_text()) if cache.is_file() else {}  # read again: another run may have added
         kept[key] = pricer.coefficients.tolist()
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(kept, indent=1))
-        os.replace(tmp, cache)
+        write_json(kept, cache)
     return pricer

@@ -27,7 +27,9 @@ _META = b"gem"
 
 
 def window_manifest(features_dir: str | Path) -> dict:
-    """A finished features window's manifest ({} when there is none)."""
+    """A finished features window's manifest ({} when there is none). Not
+    gem.features.loader.read_manifest: that module loads torch, which the teacher gate
+    reading kept predictions does without."""
     path = Path(features_dir) / "manifest.json"
     return json.loads(path.read_text()) if path.is_file() else {}
 

@@ -21,8 +21,8 @@ def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_conf
     ``late_data`` (refuse | backfill; empty: not checked): the days since the last
     committed run that changed or are new (gem_app.stages.late_data); ``days``: the file
     of each day's content digest, for the commit. ``student_overlap_days``: the students'
-    window (``student_start``) begins that many days before the teacher's end. Cache key: the dataset's digest (or the
-    simulator config's), the protocol and the code version."""
+    window (``student_start``) begins that many days before the teacher's end. Cache key:
+    the dataset's digest (or the simulator config's), the protocol and the code version."""
     from collections import namedtuple
 
     from gem_app.components.runtime import run_context

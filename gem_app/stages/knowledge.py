@@ -70,9 +70,10 @@ def _windows(features: list[str], lead_from: str, lead_days: int) -> list[tuple[
 
     windows: list[tuple[str, str, str | None, str | None]] = [(f, Path(f).name, None, None) for f in features]
     if lead_from and lead_days:  # up to the first downstream window (earlier than the teacher's end: overlapped)
-        ends = [read_manifest(lead_from)["window"]["end"], *(read_manifest(f)["window"]["start"] for f in features[:1])]
+        teacher = read_manifest(lead_from)["window"]
+        ends = [teacher["end"], *(read_manifest(f)["window"]["start"] for f in features[:1])]
         end = min(parse_utc(e) for e in ends)
-        if end <= parse_utc(read_manifest(lead_from)["window"]["start"]):
+        if end <= parse_utc(teacher["start"]):
             return windows  # the students' window starts with the teacher's: nothing before it to lead with
         windows.insert(0, (lead_from, "lead", (end - dt.timedelta(days=lead_days)).isoformat(), end.isoformat()))
     return windows
