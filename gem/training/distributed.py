@@ -38,7 +38,7 @@ from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from gem.model.embeddings import SparseArch
 from gem.training.config import DENSE_MODES
-from gem.training.planning import ROW_WISE, PlanRefused, check_budget, describe_plan, sharding_types, table_sizes
+from gem.training.planning import MIB, ROW_WISE, PlanRefused, check_budget, describe_plan, sharding_types, table_sizes
 
 EBC_SHARDING_TYPES = ("table_wise", "column_wise", "table_column_wise", "data_parallel", "row_wise")
 EC_SHARDING_TYPES = ("table_wise", "column_wise", "row_wise")
@@ -129,7 +129,7 @@ def shard_model(model: nn.Module, env: DistEnv, *, ebc_sharding: str = "table_wi
     except PlannerError as exc:
         if not rank_memory_bytes:
             raise
-        raise PlanRefused(f"sharding.rank_memory_mib={rank_memory_bytes / 2**20:.4g}: the planner found no plan "
+        raise PlanRefused(f"sharding.rank_memory_mib={rank_memory_bytes / MIB:.4g}: the planner found no plan "
                           f"that fits ({str(exc).strip().splitlines()[0][:300]})") from exc
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     if env.world_size == 1:
