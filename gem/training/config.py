@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from gem.config import ConfigError, check_ranges, load_config, ranged
 from gem.model.config import ModelConfig
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "auto")  # auto: gem/training/precision.py
 ENGINES = ("native", "lightning")
 DECAYS = ("none", "linear", "cosine")  # optim.lr_decay
 DENSE_MODES = ("replicate", "shard")  # sharding.dense: DDP, FSDP2

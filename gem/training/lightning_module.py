@@ -22,6 +22,7 @@ from gem.training.config import TrainConfig
 from gem.training.distributed import attach_embedding_optimizer
 from gem.training.metrics import SurfaceTaskMetrics
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile
+from gem.training.precision import fixed_precision
 from gem.training.step import build_dense_optimizer, diverged, eval_step, train_step
 
 
@@ -43,7 +44,7 @@ class GEMLightningModule(pl.LightningModule):
         return optimizer
 
     def training_step(self, batch, batch_idx: int):
-        result = train_step(self.model, batch, self.optimizers(), precision=self.cfg.precision,
+        result = train_step(self.model, batch, self.optimizers(), precision=fixed_precision(self.cfg.precision),
                             task_weights=tuple(self.cfg.task_weights), grad_clip=self.cfg.optim.grad_clip,
                             scheduler=self._scheduler, backward=self.manual_backward)
         if not bool(torch.isfinite(result.loss)):  # stop at the first non-finite loss, naming the step
@@ -53,7 +54,7 @@ class GEMLightningModule(pl.LightningModule):
         return result.loss
 
     def validation_step(self, batch, batch_idx: int) -> None:
-        self.val_metrics.update(eval_step(self.model, batch, precision=self.cfg.precision),
+        self.val_metrics.update(eval_step(self.model, batch, precision=fixed_precision(self.cfg.precision)),
                                 batch.labels, batch.surface)
 
     def on_validation_epoch_end(self) -> None:

@@ -69,14 +69,16 @@ class ThreadTuner:
         torch.set_num_threads(best)
 
 
-def thread_tuner(threads: int, env=None, recheck_every: int = 40) -> ThreadTuner | None:
+def thread_tuner(threads: int, env=None, recheck_every: int = 40, warmup_steps: int = 1) -> ThreadTuner | None:
     """``threads`` (the train or knowledge config's) > 0: that many, fixed; 0: a tuner
     between torch's default and 1 for one CPU process (``env``: training's DistEnv, None
     for one process; torchrun's ranks get OMP_NUM_THREADS=1), checking again after
-    ``recheck_every`` steps (doubled while the choice holds)."""
+    ``recheck_every`` steps (doubled while the choice holds), its first trials after
+    ``warmup_steps`` (a precision trial's steps come first)."""
     if threads > 0:
         torch.set_num_threads(threads)
         return None
     if env is not None and (env.device.type != "cpu" or env.world_size > 1):
         return None
-    return ThreadTuner(recheck_every=recheck_every) if torch.get_num_threads() > 1 else None
+    return (ThreadTuner(recheck_every=recheck_every, warmup_steps=warmup_steps)
+            if torch.get_num_threads() > 1 else None)

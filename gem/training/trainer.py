@@ -52,6 +52,7 @@ from gem.training.efficiency import EfficiencyMeter, cached_peak_flops, measure_
 from gem.training.eval_predictions import EVAL_PREDICTIONS, KeptPredictions
 from gem.training.parallelize import apply_activation_checkpointing, apply_compile
 from gem.training.planning import MIB, format_plan, rank_totals
+from gem.training.precision import fixed_precision, precision_trial
 from gem.training.step import LossGuard, build_dense_optimizer, eval_step, train_step
 from gem.training.threads import thread_tuner
 from gem.training.tracking import Tracker
@@ -272,6 +273,15 @@ def _mean_over_ranks(value: torch.Tensor, env: DistEnv) -> float:
     return float(value)
 
 
+def _sum_over_ranks(env: DistEnv):
+    """A reducer summing a list of floats over the ranks (the precision trial's costs)."""
+    def reduce(values: list[float]) -> list[float]:
+        summed = torch.tensor(values, dtype=torch.float64, device=env.device)
+        dist.all_reduce(summed)
+        return summed.tolist()
+    return reduce
+
+
 def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConfig, *, resume: bool = False,
           eval_features: str | None = None, close: bool = True, init_from: str | None = None,
           split: Split | None = None, eval_part: str = "") -> RunResult:
@@ -366,9 +376,12 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                 tracker.log_params({"split.key": split.key, "split.train_examples": loader.num_examples,
                                     "split.eval_part": eval_part})
 
-        # The peak seen before on this machine; measured after the last step when there is
+        # "auto": a few first steps in each precision, the faster kept (gem/training/precision.py)
+        trial = precision_trial(cfg.precision, env.device, env.world_size, reduce=_sum_over_ranks(env))
+        step_precision = trial if isinstance(trial, str) else trial.precision()
+        # The peak seen before on this machine; measured after the first step when there is
         # none (seconds of matmuls that would otherwise delay the first step).
-        peak_dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
+        peak_dtype = torch.bfloat16 if step_precision == "bf16" else torch.float32
         peak = cached_peak_flops(env.device, peak_dtype) if cfg.measure_peak else None
         measure_after_first_step = cfg.measure_peak and peak is None
         phases["perf/startup_other_s"] = time.perf_counter() - mark
@@ -383,7 +396,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         running = None
         evaluator = None
         guard = LossGuard(cfg, env.device, env.world_size)
-        tuner = thread_tuner(cfg.threads, env)
+        tuner = thread_tuner(cfg.threads, env, warmup_steps=1 if isinstance(trial, str) else trial.steps_needed)
 
         kept = None  # the last evaluation's predictions, when they are what scoring the export gives
 
@@ -391,7 +404,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             nonlocal kept
             loader = make_loader(eval_features, cfg, train=False, split=split, part=eval_part)
             kept = KeptPredictions(loader.manifest["digest"]) if keeps_predictions(cfg, env, split, loader) else None
-            metrics = evaluate(dmp, loader, env, spec, precision=cfg.precision, max_batches=cfg.eval_batches, keep=kept)
+            metrics = evaluate(dmp, loader, env, spec, precision=fixed_precision(cfg.precision),
+                               max_batches=cfg.eval_batches, keep=kept)
             return metrics, {f"eval/{k}": v for k, v in metrics.compute().items()}
 
         dmp.train()
@@ -405,12 +419,20 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                 step_flops = 3.0 * flops.forward(batch)
                 if tuner is not None:
                     tuner.before_step()
+                if not isinstance(trial, str):
+                    step_precision = trial.precision()
                 meter.step_begin()
-                result = train_step(dmp, local, dense_opt, precision=cfg.precision, task_weights=task_weights,
+                result = train_step(dmp, local, dense_opt, precision=step_precision, task_weights=task_weights,
                                     grad_clip=cfg.optim.grad_clip, scheduler=scheduler)
                 meter.step_end(batch.batch_size, step_flops)
                 if tuner is not None:
                     tuner.after_step(meter.last_step_seconds, step_flops)
+                if not isinstance(trial, str) and trial.chosen is None:
+                    trial.after_step(meter.last_step_seconds, step_flops)
+                    if trial.chosen == "bf16" and cfg.measure_peak:  # the MFU's peak is bf16's from here
+                        peak_dtype = torch.bfloat16
+                        meter.peak = cached_peak_flops(env.device, peak_dtype) or measure_peak_flops(
+                            env.device, peak_dtype)
                 step += 1
                 guard.observe(result.loss, step)
                 if step == progress["step"] + 1:  # this process's first step: progress within one step's time
@@ -449,10 +471,17 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             _save(ckpt, dmp, dense_opt, scheduler, loader, step, progress["epoch"], tracker.run_id, finished=True)
         if running is None and eval_features:  # resumed a finished run: the same weights, evaluated again
             evaluator, eval_metrics = holdout_eval()
+        if cfg.measure_peak and step > progress["step"]:
+            # measured again (kept when higher): a peak first measured under other jobs' load
+            # would overstate every later run's MFU
+            meter.peak = measure_peak_flops(env.device, peak_dtype, repeats=2, refresh=True)
         perf = {**meter.summary(), **phases}
         if cfg.compile:
             perf.update({f"perf/compile_cache_{k}": float(v) for k, v in compile_cache_counts().items()})
         perf["perf/threads"] = float(torch.get_num_threads())  # the tuner's last choice when it ran
+        perf["perf/bf16"] = float(step_precision == "bf16")  # the precision of the last step (auto's choice)
+        if not isinstance(trial, str) and trial.chosen is not None:
+            perf["perf/bf16_step_time_ratio"] = trial.ratio
         tracker.log_metrics(perf, step)
         tracker.log_metrics(dense_memory(dense_opt), step)  # rank 0's (all ranks alike up to rounding)
         full_state = _gather_full_state(dmp, env)
@@ -476,7 +505,7 @@ def keeps_predictions(cfg: TrainConfig, env: DistEnv, split: Split | None, loade
     """Whether an evaluation's predictions are those scoring the exported model on the
     whole window gives (gem.training.pyfunc.predict_window): one process, fp32, every
     batch, a finished window (content digest), no part of a split."""
-    return (env.world_size == 1 and cfg.precision == "fp32" and not cfg.eval_batches and split is None
+    return (env.world_size == 1 and fixed_precision(cfg.precision) == "fp32" and not cfg.eval_batches and split is None
             and bool(getattr(loader, "manifest", {}).get("digest")))
 
 
