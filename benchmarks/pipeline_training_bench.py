@@ -11,6 +11,8 @@ In one process, on the window's batches in the trainer's order (every ``--every`
 - the forward's split over the model's blocks (embeddings, sequence FFN and attention,
   summary pooling, Wukong, heads) on two late batches;
 - torch intra-op threads: 1 against torch's default, alternating step by step;
+- bf16 autocast against fp32 (train steps over the same subsample, alternating; the
+  forward alone on ``--holdout``, as knowledge generation runs it);
 - torch.compile of the dense blocks (gem/training/parallelize.py) against eager,
   alternating step by step, with the compile's time cold (empty cache) and warm;
 - the evaluation on ``--holdout`` (the trainer's last act before exporting).
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     from gem.training.distributed import attach_embedding_optimizer, init_distributed, shard_model, unwrap
     from gem.training.efficiency import cached_peak_flops, measure_peak_flops
     from gem.training.parallelize import apply_compile
-    from gem.training.step import build_dense_optimizer, forward_loss, train_step
+    from gem.training.precision import bf16_matmul_gain
+    from gem.training.step import build_dense_optimizer, eval_step, forward_loss, train_step
     from gem.training.trainer import evaluate, make_loader
     from gem.utils.cache import cache_dir
 
@@ -166,6 +169,30 @@ def main(argv: list[str] | None = None) -> int:
         seconds = alternate([threads_step(b) for b in ab], "one", "default")
         torch.set_num_threads(default_threads)
         figures["threads_step_time_default_over_one"] = seconds["default"] / seconds["one"]
+    # precision: two copies of the untrained model, one step each per batch, alternating
+    # (the same subsample of the run as above), and the forward alone on the holdout
+    figures["bf16_matmul_gain"] = bf16_matmul_gain()
+    precisions = {name: trainable(copy.deepcopy(pristine)) for name in ("fp32", "bf16")}
+
+    def precision_step(batch):
+        return lambda name: train_step(precisions[name][0], batch, precisions[name][1], precision=name)
+    for name in precisions:  # warm-up: lazy init and the allocator, outside the timing
+        precision_step(used[0])(name)
+    seconds = alternate([precision_step(b) for b in used[1:]], "fp32", "bf16")
+    figures["precision_step_time_bf16_over_fp32"] = seconds["bf16"] / seconds["fp32"]
+    figures["precision_examples_per_s_fp32"] = sum(b.batch_size for b in used[1:]) / seconds["fp32"]
+    figures["precision_examples_per_s_bf16"] = sum(b.batch_size for b in used[1:]) / seconds["bf16"]
+    if args.holdout:
+        forward_model = unwrap(precisions["fp32"][0]).eval()
+        held = list(make_loader(args.holdout, cfg, train=False))
+
+        def forward(batch):
+            return lambda name: eval_step(forward_model, batch, precision=name)
+        seconds = alternate([forward(b) for b in held], "fp32", "bf16")
+        figures["precision_forward_time_bf16_over_fp32"] = seconds["bf16"] / seconds["fp32"]
+        figures["precision_forward_max_prob_diff"] = max(
+            float((eval_step(forward_model, b) - eval_step(forward_model, b, precision="bf16")).abs().max())
+            for b in held[:2])
     if args.holdout:
         start = time.perf_counter()
         evaluate(dmp, make_loader(args.holdout, cfg, train=False), env, loader.spec)
