@@ -120,3 +120,34 @@ def test_a_run_raises_a_stale_low_peak_and_its_mfu_uses_it(tmp_path, monkeypatch
         torch.set_num_threads(saved)
     assert peak > 100 * stale
     assert perf["perf/mfu"] == pytest.approx(perf["perf/model_flops_per_s"] / peak, rel=1e-6)
+
+
+def _rank_trial(rank: int, init_file: str, results) -> None:
+    import torch.distributed as dist
+
+    from gem.training.distributed import DistEnv
+    from gem.training.trainer import _sum_over_ranks
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        env = DistEnv(rank, 2, rank, torch.device("cpu"), "gloo", False)
+        trial = PrecisionTrial(trial_steps=1, warmup_steps=0, reduce=_sum_over_ranks(env))
+        # rank 0 finds bf16 a little faster, rank 1 much slower: the sum says fp32
+        run_trial(trial, 3, {"fp32": 1.0, "bf16": 0.9 if rank == 0 else 2.0})
+        results.put((rank, trial.chosen))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_keep_the_same_precision(tmp_path):
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_rank_trial, args=(rank, str(tmp_path / "store"), results)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert sorted(results.get(timeout=5) for _ in procs) == [(0, "fp32"), (1, "fp32")]
