@@ -132,6 +132,12 @@ class OptimConfig:
     batch_size: int = ranged(256, gt=0)
     epochs: int = ranged(3, gt=0)  # the most epochs; with a validation table and patience > 0, early stopping
     patience: int = ranged(0, ge=0)  # epochs without a better validation loss before stopping (0: no early stopping)
+    # with a validation table, also check it every this many training rows inside an epoch
+    # (0: at epoch ends only): an epoch of a window that reaches into the teacher's days
+    # holds 10^5 rows a surface, too coarse a step to stop at; smaller tables are unchanged
+    check_rows: int = ranged(0, ge=0)
+    # > 0: stop after this many epochs' rows (a refit of a point validation stopped mid-epoch)
+    stop_epochs: float = ranged(0.0, ge=0)
 
 
 @dataclass(kw_only=True)

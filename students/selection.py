@@ -98,6 +98,7 @@ def select(train: StudentTable, valid: StudentTable, holdout: StudentTable | Non
         res = out.students[surface]
         trial = {"point": dict(point), "valid_loss": float(res.selection.get("valid_loss", math.inf)),
                  "best_epoch": int(res.selection.get("best_epoch", -1)),
+                 "best_epochs": float(res.selection.get("best_epochs", 0.0)),
                  "epochs_run": int(res.selection.get("epochs_run", 0)), **_valid_figures(res.model, part)}
         trials.append(trial)
         if best is None or trial["valid_loss"] < best_loss:
@@ -117,8 +118,12 @@ def refit(chosen: Chosen, train: StudentTable, holdout: StudentTable | None, spe
 
     from students.distill import distill
 
-    epochs = max(int(chosen.result.selection.get("best_epoch", -1)) + 1, 1)
-    cfg = replace(chosen.cfg, optim=replace(chosen.cfg.optim, epochs=epochs, patience=0), validation_days=0.0)
+    selection = chosen.result.selection
+    # the epochs' rows of the best check (a whole number unless validation was checked
+    # inside an epoch: optim.check_rows); at least one epoch
+    epochs = max(float(selection.get("best_epochs", int(selection.get("best_epoch", -1)) + 1)), 1.0)
+    optim = replace(chosen.cfg.optim, epochs=math.ceil(epochs), stop_epochs=epochs, patience=0)
+    cfg = replace(chosen.cfg, optim=optim, validation_days=0.0)
     out = distill(train, holdout, spec, cfg, teacher_model=teacher_model)
     chosen.result = out.students[surface]
     chosen.windows = dict(out.windows)  # one training window: validation rows are training rows now

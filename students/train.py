@@ -8,6 +8,8 @@ never computed, so KD with weight 0 reproduces the no-teacher student bit for bi
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from gem.training.metrics import SurfaceTaskMetrics
@@ -37,9 +39,11 @@ def train_student(model: VerticalStudent, table: StudentTable, optim: OptimConfi
                   valid: StudentTable | None = None) -> list[float]:
     """Train in place; returns the mean loss of each epoch. With ``valid`` (rows after
     the training rows, never evaluation rows), the label loss on it is measured after
-    every epoch, the weights of the best epoch are kept, and with ``optim.patience`` > 0
-    training stops after that many epochs without improvement (``model.selection``
-    records the best epoch and its validation loss)."""
+    every epoch (and every ``optim.check_rows`` training rows), the weights of the best
+    check are kept, and with ``optim.patience`` > 0 training stops once that many epochs'
+    rows have passed without improvement (``model.selection`` records the best check: its
+    epoch, the epochs' rows it had trained, ``best_epochs``, and its validation loss).
+    ``optim.stop_epochs`` > 0 stops after that many epochs' rows."""
     terms = [t for t in (soft_targets or []) if t.weight > 0]
     for t in terms:
         if t.probs.shape != table.labels.shape:
@@ -51,9 +55,26 @@ def train_student(model: VerticalStudent, table: StudentTable, optim: OptimConfi
     n = len(table)
     history = []
     model.train()
-    bar = Progress(optim.epochs * -(-n // optim.batch_size), desc, unit="batch")
-    best, best_state, best_epoch, since = float("inf"), None, -1, 0
-    for epoch in range(optim.epochs):
+    epochs = math.ceil(optim.stop_epochs) if optim.stop_epochs > 0 else optim.epochs
+    last_row = round(optim.stop_epochs * n) if optim.stop_epochs > 0 else epochs * n
+    full, rest = divmod(last_row, max(n, 1))
+    bar = Progress(full * -(-n // optim.batch_size) + -(-rest // optim.batch_size), desc, unit="batch")
+    checking = valid is not None and len(valid) > 0
+    best, best_state, best_epoch, best_rows = float("inf"), None, -1, 0
+    seen, next_check, stop, checks = 0, optim.check_rows or n, False, 0
+
+    def check(epoch: int) -> None:
+        nonlocal best, best_state, best_epoch, best_rows, stop, checks
+        checks += 1
+        loss_v = label_loss(model, valid)
+        model.train()
+        if loss_v < best:
+            best, best_epoch, best_rows = loss_v, epoch, seen
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        elif optim.patience and seen - best_rows >= optim.patience * n:
+            stop = True
+
+    for epoch in range(epochs):
         order = torch.randperm(n, generator=gen)
         total, count = 0.0, 0
         for lo in range(0, n, optim.batch_size):
@@ -65,22 +86,30 @@ def train_student(model: VerticalStudent, table: StudentTable, optim: OptimConfi
             opt.step()
             total += float(loss.detach()) * len(idx)
             count += len(idx)
+            seen += len(idx)
             bar.update()
-        history.append(total / max(count, 1))
-        if valid is not None and len(valid):
-            loss_v = label_loss(model, valid)
-            model.train()
-            if loss_v < best:
-                best, best_epoch, since = loss_v, epoch, 0
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            else:
-                since += 1
-                if optim.patience and since >= optim.patience:
+            if seen >= last_row:
+                break
+            if checking and optim.check_rows and seen >= next_check and lo + optim.batch_size < n:
+                next_check += optim.check_rows
+                check(epoch)
+                if stop:
                     break
+        history.append(total / max(count, 1))
+        if stop or seen >= last_row:
+            if checking and not stop:
+                check(epoch)
+            break
+        if checking:
+            next_check = (epoch + 1) * n + (optim.check_rows or n)
+            check(epoch)
+            if stop:
+                break
     bar.close()
     if best_state is not None:
         model.load_state_dict(best_state)
-    model.selection = {"best_epoch": best_epoch, "valid_loss": best, "epochs_run": len(history)}
+    model.selection = {"best_epoch": best_epoch, "best_epochs": best_rows / max(n, 1), "valid_loss": best,
+                       "epochs_run": len(history), "checks": checks}
     model.eval()
     return history
 

@@ -276,7 +276,8 @@ def log_selection(chosen: dict) -> dict:
             continue
         for i, trial in enumerate(c.trials):
             mlflow.log_metrics(computed({f"select/{who}/{k}": trial[k] for k in
-                                         ("valid_loss", "valid_auc", "valid_ne", "best_epoch", "epochs_run")}),
+                                         ("valid_loss", "valid_auc", "valid_ne", "best_epoch", "best_epochs",
+                                          "epochs_run") if k in trial}),
                                step=i)
         mlflow.log_dict({"trials": c.trials, "chosen": c.point, "calibration": c.calibration},
                         f"selection/{who}.json")

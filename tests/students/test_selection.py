@@ -210,3 +210,72 @@ def test_platt_recalibration_never_inverts_the_student_s_ranking():
     shifted = (torch.rand(300, generator=gen) < torch.sigmoid(logits - 2)).float()  # ranks well, too high
     a, b = platt(logits, shifted)
     assert 0.5 < a < 2.0 and b < -1.0  # a plain recalibration where the ranking holds
+
+
+def _surface_model(fit, spec):
+    from students.distill import build_student
+
+    cfg = from_dict(DistillConfig, {"student": STUDENT}).student
+    return build_student(cfg, spec, fit, representation=False, seed=3)
+
+
+def test_validation_checked_inside_an_epoch_keeps_the_best_check_and_stops_by_epochs(tables):
+    """optim.check_rows: validation is also read every that many rows inside an epoch; the
+    weights of the best check are kept (their validation loss is the recorded one), the
+    record says how many epochs' rows they had trained, patience still counts epochs, and
+    a table no larger than check_rows trains exactly as with checks at epoch ends only."""
+    from dataclasses import replace
+
+    from students.config import OptimConfig
+    from students.train import label_loss, train_student
+
+    train, _, spec = tables
+    fit, valid = validation_split(train, 0.25)
+    base = OptimConfig(lr=0.01, batch_size=64, epochs=3, patience=1)
+
+    fine = _surface_model(fit, spec)
+    train_student(fine, fit, replace(base, check_rows=64), seed=1, valid=valid)
+    sel = fine.selection
+    assert label_loss(fine, valid) == pytest.approx(sel["valid_loss"])
+    assert 0 < sel["best_epochs"] <= 3 and sel["best_epoch"] == math.ceil(sel["best_epochs"]) - 1
+    assert sel["epochs_run"] <= min(3, math.ceil(sel["best_epochs"]) + 1)  # stopped one epoch's rows after the best
+    assert sel["checks"] > sel["epochs_run"] + 1 and len(fit) > 2 * 64  # read inside the epochs too
+
+    coarse, same = _surface_model(fit, spec), _surface_model(fit, spec)
+    train_student(coarse, fit, base, seed=1, valid=valid)
+    train_student(same, fit, replace(base, check_rows=len(fit)), seed=1, valid=valid)
+    assert coarse.selection["best_epochs"] == coarse.selection["best_epoch"] + 1
+    assert coarse.selection["checks"] == coarse.selection["epochs_run"]
+    assert same.selection == coarse.selection
+    for a, b in zip(coarse.state_dict().values(), same.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_stop_epochs_trains_that_many_epochs_rows(tables, monkeypatch):
+    """A refit of a point chosen mid-epoch: optim.stop_epochs = 1.5 runs one epoch and half
+    of the next; a whole number runs as that many epochs."""
+    from dataclasses import replace
+
+    import students.train as train_mod
+    from students.config import OptimConfig
+
+    train, _, spec = tables
+    fit, _ = validation_split(train, 0.25)
+    rows, real = [], train_mod.distill_loss
+
+    def counting(out, labels, terms):
+        rows.append(len(labels))
+        return real(out, labels, terms)
+
+    monkeypatch.setattr(train_mod, "distill_loss", counting)
+    base = OptimConfig(lr=0.01, batch_size=64, epochs=2)
+    half = _surface_model(fit, spec)
+    assert len(train_mod.train_student(half, fit, replace(base, stop_epochs=1.5), seed=1)) == 2
+    assert sum(rows) == pytest.approx(1.5 * len(fit), abs=64)
+    rows.clear()
+    whole, plain = _surface_model(fit, spec), _surface_model(fit, spec)
+    train_mod.train_student(whole, fit, replace(base, stop_epochs=2.0), seed=1)
+    assert sum(rows) == 2 * len(fit)
+    train_mod.train_student(plain, fit, base, seed=1)
+    for a, b in zip(whole.state_dict().values(), plain.state_dict().values()):
+        assert torch.equal(a, b)
