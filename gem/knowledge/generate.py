@@ -45,6 +45,7 @@ from gem.knowledge.windows import example_keys, select_shards, window_bounds
 from gem.protocol import Split, WindowError
 from gem.training.threads import ThreadTuner, thread_tuner
 from gem.utils.outputs import check_output, json_format, write_marker
+from gem.utils.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ def run_teacher(teacher: Teacher, loader: FeatureLoader, precision: str = "fp32"
     the batches (gem/training/threads.py)."""
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("example_id", "own", "all", "user", "item")}
     model = teacher.model.eval()
+    bar = Progress(len(loader), f"teacher on {Path(loader.features_dir).name}", unit="batch")
     for batch in loader:
         ctx = (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
                else torch.autocast("cpu", enabled=False))
@@ -114,6 +116,8 @@ def run_teacher(teacher: Teacher, loader: FeatureLoader, precision: str = "fp32"
         parts["example_id"].append(batch.example_id.numpy())
         for key, value in (("own", own), ("all", every), ("user", user), ("item", item)):
             parts[key].append(value.float().numpy())
+        bar.update()
+    bar.close()
     return {k: np.concatenate(v) if v else np.zeros((0,)) for k, v in parts.items()}
 
 

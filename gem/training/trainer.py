@@ -58,6 +58,8 @@ from gem.training.threads import thread_tuner
 from gem.training.tracking import Tracker
 from gem.utils.cache import cache_dir
 from gem.utils.outputs import claim_output
+from gem.utils.progress import Progress
+from gem.utils.progress import mode as progress_mode
 
 if TYPE_CHECKING:
     from gem.training.metrics import SurfaceTaskMetrics
@@ -282,6 +284,18 @@ def _sum_over_ranks(env: DistEnv):
     return reduce
 
 
+def _step_bar(cfg: TrainConfig, loader, env, done: int) -> Progress | None:
+    """The training steps as a bar for the pipeline's console (rank 0). Elsewhere the step
+    lines every ``log_every`` steps are the progress: a bar would break them on a terminal."""
+    if not env.is_main or progress_mode() != "events":
+        return None
+    total = cfg.epochs * len(loader)
+    bar = Progress(min(total, cfg.max_steps) if cfg.max_steps else total, "train", unit="step")
+    if done:
+        bar.update(done)  # a resumed run starts where it stopped
+    return bar
+
+
 def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConfig, *, resume: bool = False,
           eval_features: str | None = None, close: bool = True, init_from: str | None = None,
           split: Split | None = None, eval_part: str = "") -> RunResult:
@@ -399,6 +413,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         tuner = thread_tuner(cfg.threads, env, warmup_steps=1 if isinstance(trial, str) else trial.steps_needed)
 
         kept = None  # the last evaluation's predictions, when they are what scoring the export gives
+        bar = _step_bar(cfg, loader, env, step)
 
         def holdout_eval():  # a fresh loader per evaluation: eval_batches may stop one midway
             nonlocal kept
@@ -434,6 +449,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                         meter.peak = cached_peak_flops(env.device, peak_dtype) or measure_peak_flops(
                             env.device, peak_dtype)
                 step += 1
+                if bar is not None:
+                    bar.update()
                 guard.observe(result.loss, step)
                 if step == progress["step"] + 1:  # this process's first step: progress within one step's time
                     log.info("first step done in %.1fs (batch of %d)", meter.step_seconds, batch.batch_size)
@@ -467,6 +484,8 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                 tracker.log_metrics(eval_metrics, step)
             if done:
                 break
+        if bar is not None:
+            bar.close()
         if step != last_saved:  # the loader may have rewound at its epoch's end: "finished" says it all
             _save(ckpt, dmp, dense_opt, scheduler, loader, step, progress["epoch"], tracker.run_id, finished=True)
         if running is None and eval_features:  # resumed a finished run: the same weights, evaluated again

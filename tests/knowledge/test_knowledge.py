@@ -276,3 +276,20 @@ def test_one_thread_tuner_over_several_windows_tries_the_threads_once(world, tmp
                                    pq.read_table(tmp_path / f"{name}-fixed" / PREDICTIONS).to_pandas()[
                                        list(OWN_COLUMNS)], rtol=1e-5, atol=1e-6)
     assert {n: len(c) for n, c in tuner.cost.items()} == {2: 2, 1: 2}  # one trial round over both windows
+
+
+def test_the_teacher_forward_reports_its_batches_to_the_pipeline_console(world, monkeypatch, capsys):
+    # a long knowledge stage (MovieLens-1M's whole window: minutes) showed no bar in the
+    # pipeline's console: the teacher's batches are its progress
+    from gem.knowledge.generate import run_teacher
+    from gem.utils.progress import EVENT_PREFIX
+
+    monkeypatch.setenv("GEM_PROGRESS", "events")
+    teacher = load_teacher(world.teacher_uri, world.tracking_uri)
+    loader = FeatureLoader(world.features["student"], batch_size=64, shuffle=False)
+    out = run_teacher(teacher, loader)
+    events = [json.loads(line.split(EVENT_PREFIX, 1)[1]) for line in capsys.readouterr().out.split("\n")
+              if EVENT_PREFIX in line]
+    assert events and {e["desc"] for e in events} == {f"teacher on {world.features['student'].name}"}
+    assert events[-1].get("done") and events[-1]["n"] == events[-1]["total"] == len(loader)
+    assert len(out["example_id"]) == loader.num_examples

@@ -151,3 +151,24 @@ def test_two_ranks_keep_the_same_precision(tmp_path):
         p.join(timeout=120)
     assert [p.exitcode for p in procs] == [0, 0]
     assert sorted(results.get(timeout=5) for _ in procs) == [(0, "fp32"), (1, "fp32")]
+
+
+def test_the_pipeline_console_gets_the_training_steps_as_a_bar(tmp_path, monkeypatch, capfd):
+    # the teacher's training, the longest step of a pipeline run, showed no bar in the
+    # console (a blank live line for half an hour on MovieLens-1M)
+    import json
+
+    from gem.training.config import load_train_config
+    from gem.training.trainer import train
+    from gem.utils.progress import EVENT_PREFIX
+
+    monkeypatch.setenv("GEM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GEM_PROGRESS", "events")
+    cfg, model_cfg = load_train_config("tiny", ["max_steps=6", "checkpoint_every=0", "log_model=false",
+                                                "system_metrics=false", "threads=1", "measure_peak=false"])
+    train("synthetic://512", tmp_path / "run", cfg, model_cfg)
+    events = [json.loads(line.split(EVENT_PREFIX, 1)[1]) for line in capfd.readouterr().out.split("\n")
+              if EVENT_PREFIX in line]
+    steps = [e for e in events if e["kind"] == "progress" and e["desc"] == "train"]
+    assert steps and all(e["total"] == 6 for e in steps)
+    assert steps[-1].get("done") and steps[-1]["n"] == 6
