@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     args = sys.argv[1:] if argv is None else argv
     current = "--current" in args
-    overlap = 0
+    overlap = None  # 0: the students' own window, rebuilt (the workspace's may overlap the teacher's)
     if "--overlap-days" in args:
         at = args.index("--overlap-days")
         overlap, args = int(args[at + 1]), args[:at] + args[at + 2:]
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> dict:
     summary = json.loads((workspace / "summary.json").read_text())
     ctx = RunContext(pipeline_run_id="unselected", tracking_root=str(out))
     train, feast, fresh_from = str(workspace / "features" / "student"), str(workspace / "feast"), ""
-    if overlap:
+    if overlap is not None:
         train, feast, fresh_from = overlapped_window(workspace, out, overlap, summary["teacher"]["model_uri"], ctx)
     rows = {}
     for row in summary["surfaces"]:
