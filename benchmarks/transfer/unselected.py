@@ -56,8 +56,19 @@ def main(argv: list[str] | None = None) -> dict:
         rows[s] = {"student": r.metrics["student"], "no_teacher": r.metrics["no_teacher"],
                    "teacher": r.metrics.get("teacher", {}), "vs_teacher": r.vs_teacher, "lift": r.lift}
         print(s, json.dumps(rows[s]), flush=True)
-    (out / "unselected.json").write_text(json.dumps(rows, indent=1, default=str))
+    together = pooled(rows)
+    print("pooled student - teacher", json.dumps(together), flush=True)
+    (out / "unselected.json").write_text(json.dumps({**rows, "pooled": together}, indent=1, default=str))
     return rows
+
+
+def pooled(rows: dict) -> dict:
+    """Student - teacher AUC and NE over the surfaces, as the run's summary pools them."""
+    from gem_app.stages.summary import pooled_vs_teacher
+
+    return pooled_vs_teacher([{"student_auc": r["student"].get("auc"), "vs_teacher_rows": r["vs_teacher"].get("rows"),
+                               **{f"vs_teacher_{k}": v for k, v in r["vs_teacher"].items() if k != "rows"}}
+                              for s, r in rows.items() if s != "pooled"])
 
 
 def overlapped_window(workspace: Path, out: Path, days: int, teacher_uri: str, ctx) -> tuple[str, str, str]:
