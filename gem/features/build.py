@@ -234,7 +234,7 @@ def finalize_build(plan: BuildPlan, cfg: FeaturesConfig, *, previous_report: str
     report = build_report(stats, window=window, max_seq_len=plan.max_seq_len, previous=previous)
     report["warnings"] = report_warnings(report, plan.data_warnings)
     for text in report["warnings"]:
-        warning(f"features report: {text}")
+        warning(text)  # the data's warnings among them read as ingest said them: a console says each once
     manifest = _manifest(plan, cfg, spec, keys, stats, window)
     if not allow_empty and not manifest["counts"]["examples"]:
         raise WindowError(f"{plan.data_dir}: the features window [{plan.window_start}, {plan.window_end}) holds no "

@@ -111,7 +111,7 @@ def features_finalize(out: str, preset: str, ctx: RunContext, name: str, vocab_f
         from gem.features.build import REPORT_FILE
 
         for text in json.loads((Path(out) / REPORT_FILE).read_text()).get("warnings", []):
-            warning(f"features report: {text}")  # said again on every run that uses the build
+            warning(text)  # said again on every run that uses the build
         return FeaturesResult(**result)
     import mlflow  # here: a reused build needs neither MLflow nor the build code (seconds of imports)
 

@@ -121,7 +121,10 @@ def test_pipeline_kill_resume_no_promotion_on_shuffled_labels_ui_and_refresh(tmp
     assert json.loads(teacher_manifest.read_text())["dataset"]["data_tasks"] == ["click"]
     warnings = json.loads((workspace / "features" / "teacher" / "report.json").read_text())["warnings"]
     assert any("user_age_bucket" in w and "every" in w for w in warnings), warnings
-    assert "warning: features report: " in done.text  # the report's warnings reach the terminal
+    # the report's warnings reach the terminal, each once: the data's (said at ingest) not again
+    assert "features-finalize: warning: feature 'user_age_bucket' is unknown (id 0)" in done.text
+    said = [line for line in done.lines if "attribute 'age_bucket' is null for every row" in line]
+    assert len(said) == 1 and "ingest: warning:" in said[0], said
 
     # shuffled labels: nothing is promoted, and the terminal says why
     row, teacher_gate = summary["surfaces"][0], summary["teacher"]["gate"]
