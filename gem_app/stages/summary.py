@@ -55,6 +55,8 @@ def _row(teacher: dict, row: dict) -> dict:
             "student": (f"{row['model_name']} v{row['version']}" if row.get("version") else "none trained")
             + (" (recalibrated)" if chosen.get("recalibrated") else ""),
             "promoted": bool(row.get("promoted", False)),
+            # False: kept without the challenger alias (no better than a constant on the holdout)
+            "offered": bool(row.get("gate", {}).get("offered", True)),
             "decision": row.get("decision", ""), "why": row.get("why", "")}
 
 
@@ -85,7 +87,16 @@ def headline(teacher: dict, rows: list[dict]) -> dict[str, float]:
     for outcome in OUTCOMES:
         out[f"decisions/{outcome.replace(' ', '_')}"] = float(sum(r.get("decision") == outcome for r in rows))
     out["decisions/none_trained"] = float(sum(r.get("student") == "none trained" for r in rows))
+    out["decisions/not_offered"] = float(sum(r.get("offered") is False for r in rows))
     return {k: float(v) for k, v in out.items() if v is not None}
+
+
+def _decision(row: dict) -> str:
+    """The decision as a person reads it: a kept student that is not offered says so in
+    the column, not only at the end of its reason."""
+    from gem_app.promotion import NOT_OFFERED_SHORT
+
+    return f"{row['decision']} ({NOT_OFFERED_SHORT})" if row.get("offered") is False else row["decision"]
 
 
 def _float(value) -> float:
@@ -112,7 +123,7 @@ def markdown_table(run_id: str, teacher_uri: str, rows: list[dict], teacher_gate
         vs = [_with_interval(auc_text(r.get("vs_teacher_auc"), *held, sign=True), r, "auc"),
               _with_interval(_signed(r.get("vs_teacher_ne")), r, "ne")]
         lines.append("| " + " | ".join([r["surface"], *figures[:4], *vs, figures[4], *lifts, r["student"],
-                                        r["decision"] or "-", _cell(r["why"]) or "-"]) + " |")
+                                        _decision(r) or "-", _cell(r["why"]) or "-"]) + " |")
     pooled = pooled_vs_teacher(rows)
     if pooled:
         lines += ["", f"Students vs teacher, pooled over {pooled['surfaces']} surfaces "

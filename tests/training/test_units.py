@@ -216,3 +216,22 @@ def test_gpu_benchmark_measures_one_preset_on_any_device():
     assert figures["examples_per_s"] > 0 and figures["train_flops_per_example"] > 0
     assert figures["startup_seconds"] > 0 and 0 < figures["effective_training_time"] <= 1
     assert math.isnan(figures["mfu"]) or 0 < figures["mfu"] < 1
+
+
+def test_the_summary_says_in_the_decision_column_which_kept_students_are_not_offered():
+    # issue 43: on Ciao five kept students (NE >= 1, their teacher's below 1) read "keep"
+    # in the table; that they got no challenger alias was only at the end of a long reason
+    from gem_app.stages.summary import _row, headline, markdown_table
+
+    def distilled(surface, offered):
+        return {"surface": surface, "metrics": {"student": {"auc": 0.6, "ne": 1.02 if not offered else 0.95},
+                                                "no_teacher": {"auc": 0.55}},
+                "lift": {"auc": 0.05}, "model_name": f"student_{surface}", "version": "1", "decision": "keep",
+                "why": "NE 1.0200 >= 1", "gate": {"outcome": "keep", "offered": offered}}
+
+    rows = [_row({"metrics": {}}, distilled("cat08", False)), _row({"metrics": {}}, distilled("cat01", True))]
+    lines = markdown_table("run", "models:/gem_teacher/1", rows).splitlines()
+    assert "| keep (not offered) |" in next(line for line in lines if line.startswith("| cat08"))
+    assert "| keep |" in next(line for line in lines if line.startswith("| cat01"))
+    figures = headline({"metrics": {}}, rows)
+    assert figures["decisions/not_offered"] == 1.0 and figures["decisions/keep"] == 2.0
