@@ -83,6 +83,7 @@ def overlapped_window(workspace: Path, out: Path, days: int, teacher_uri: str, c
     out.mkdir(parents=True, exist_ok=True)
     if not (out / "mlflow.db").exists():  # the teacher's registry, so the knowledge stage can load it
         shutil.copy2(workspace / "mlflow.db", out / "mlflow.db")
+        _artifacts_under(out / "mlflow.db", workspace, out)
         shutil.copytree(workspace / "feast", out / "feast", dirs_exist_ok=True)
     recorded = json.loads((workspace / "ingest.json").read_text())["result"]["windows"]  # the run's own windows
     windows = overlap_students(Windows(**{**recorded, "student_start": ""}), days)
@@ -95,6 +96,17 @@ def overlapped_window(workspace: Path, out: Path, days: int, teacher_uri: str, c
     knowledge(teacher_uri, [str(features), str(workspace / "features" / "holdout")], str(out / "knowledge"),
               str(out / "feast"), ctx, lead_from=vocab)
     return str(features), str(out / "feast"), windows.teacher_end
+
+
+def _artifacts_under(db: Path, workspace: Path, out: Path) -> None:
+    """The copied store's experiments keep their artifacts under ``out``: their locations
+    name the workspace, where this tool's runs would otherwise write (the teacher's run
+    keeps its own URI, read from the workspace)."""
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE experiments SET artifact_location = replace(artifact_location, ?, ?)",
+                    (str(workspace.resolve()), str(out.resolve())))
 
 
 if __name__ == "__main__":
