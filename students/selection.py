@@ -119,9 +119,11 @@ def refit(chosen: Chosen, train: StudentTable, holdout: StudentTable | None, spe
     from students.distill import distill
 
     selection = chosen.result.selection
-    # the epochs' rows of the best check (a whole number unless validation was checked
-    # inside an epoch: optim.check_rows); at least one epoch
-    epochs = max(float(selection.get("best_epochs", int(selection.get("best_epoch", -1)) + 1)), 1.0)
+    # the epochs' rows of the best check: a whole number unless validation was checked
+    # inside an epoch (optim.check_rows), where a fraction of the first epoch is what
+    # validation chose on a large table; one epoch when no check was recorded
+    epochs = float(selection.get("best_epochs", int(selection.get("best_epoch", -1)) + 1))
+    epochs = epochs if epochs > 0 else 1.0
     optim = replace(chosen.cfg.optim, epochs=math.ceil(epochs), stop_epochs=epochs, patience=0)
     cfg = replace(chosen.cfg, optim=optim, validation_days=0.0)
     out = distill(train, holdout, spec, cfg, teacher_model=teacher_model)
