@@ -38,6 +38,12 @@ class StudentInputs:
 
 
 TEACHER_INPUTS = ("embeddings", "score", "both")
+# a standardised teacher-embedding input is clipped to this many of the training window's
+# standard deviations: a dimension nearly constant over the window (its std floored at
+# 1e-3) otherwise turns a later row's ordinary value into a z of 10^3 and the student's
+# probability into 0 (Ciao's students on the teacher's whole window: holdout NE up to 2.87
+# with validation NE below 1); the training rows' own z stayed below 6.2 there
+EMB_Z_LIMIT = 8.0
 
 
 def teacher_score(teacher_emb_BE: torch.Tensor) -> torch.Tensor:
@@ -112,7 +118,7 @@ class VerticalStudent(nn.Module):
                 raise ValueError(f"the student was built for {self.teacher_emb_dim} teacher-embedding inputs, got "
                                  f"{None if x.teacher_emb is None else tuple(x.teacher_emb.shape)}")
             if self.cfg.teacher_inputs != "score":
-                parts.append((x.teacher_emb - self.emb_mean) / self.emb_std)
+                parts.append(((x.teacher_emb - self.emb_mean) / self.emb_std).clamp(-EMB_Z_LIMIT, EMB_Z_LIMIT))
             if self.cfg.teacher_inputs != "embeddings":
                 parts.append(teacher_score(x.teacher_emb))
         return torch.cat(parts, dim=1)

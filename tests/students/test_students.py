@@ -278,3 +278,30 @@ def test_unknown_teacher_inputs_refused():
     cfg = from_dict(StudentModelConfig, {**STUDENT, "teacher_inputs": "logits"})
     with pytest.raises(ValueError, match="teacher_inputs"):
         VerticalStudent(cfg, {"item_id": 5, "user_id": 5}, 0, 16)
+
+
+def test_a_teacher_embedding_dimension_constant_in_training_cannot_drive_the_student_to_certainty(
+        tables, teacher, monkeypatch):
+    # Ciao, students on the teacher's whole window: dimensions nearly constant over the
+    # training rows (std floored at 1e-3) gave holdout rows z-scores of 10^3 and the
+    # student probabilities of exactly 0 on clicked rows (holdout NE 2.87)
+    import students.model as student_model
+    from students.train import predict
+
+    train, evaluation, spec = tables
+    flat = copy.copy(train)
+    flat.teacher_emb = train.teacher_emb.clone()
+    flat.teacher_emb[:, 0] = 0.25  # constant over the training window
+    out = distill(flat, evaluation, spec, _cfg({"representation": {"enabled": True}}), teacher_model=teacher.model)
+    model = out.students["feed"].model
+    assert float(model.emb_std[0]) == pytest.approx(1e-3)
+    feed = evaluation.subset(evaluation.surface == 0)
+    feed.teacher_emb = feed.teacher_emb.clone()
+    feed.teacher_emb[:, 0] = 0.25
+    served = predict(model, feed)[:, 0]  # p(click)
+    feed.teacher_emb[:, 0] = 0.25 + 10.0  # 10^4 floored standard deviations away
+    far = predict(model, feed)[:, 0]
+    assert torch.isfinite(far).all() and float(far.min()) > 1e-3 and float(far.max()) < 1 - 1e-3
+    assert float((far - served).abs().max()) < 0.5
+    monkeypatch.setattr(student_model, "EMB_Z_LIMIT", float("inf"))  # unclipped, as it was
+    assert float((predict(model, feed)[:, 0] - served).abs().max()) > float((far - served).abs().max())
