@@ -9,10 +9,10 @@ host where bf16 is not faster), then trains the first steps alternately in each 
 the one with fewer seconds per model FLOP for the rest of the run. The weights stay fp32
 either way (autocast), so the exported model and its scoring do not change.
 
-    trial = precision_trial(cfg.precision, device, world_size)   # None: a fixed precision
+    trial = precision_trial(cfg.precision, device, world_size)
     trial.precision()                   # for the coming step
     ...; trial.after_step(seconds, flops)
-    trial.chosen                        # "fp32" / "bf16" once decided
+    trial.chosen                        # "fp32" / "bf16" once decided (from the start when fixed)
 """
 
 from __future__ import annotations
@@ -58,17 +58,18 @@ class PrecisionTrial:
     CHOICES = ("fp32", "bf16")
 
     def __init__(self, trial_steps: int = 2, warmup_steps: int = 1,
-                 reduce: Callable[[list[float]], list[float]] | None = None) -> None:
+                 reduce: Callable[[list[float]], list[float]] | None = None, fixed: str | None = None) -> None:
         self.trial_steps, self.warmup, self.reduce = trial_steps, warmup_steps, reduce
         self.cost: dict[str, list[float]] = {p: [] for p in self.CHOICES}
         self.steps = 0
-        self.chosen: str | None = None
-        self.ratio = float("nan")  # bf16 step time per FLOP over fp32's
+        self.chosen: str | None = fixed  # a fixed precision: decided before any step
+        self.tries = fixed is None
+        self.ratio = float("nan")  # bf16 step time per FLOP over fp32's, once a trial decided
 
     @property
     def steps_needed(self) -> int:
-        """Steps before the choice is made (a thread tuner starts after them)."""
-        return self.warmup + len(self.CHOICES) * self.trial_steps
+        """Steps before the choice is made (a thread tuner starts after them); 0 when fixed."""
+        return self.warmup + len(self.CHOICES) * self.trial_steps if self.tries else 0
 
     def precision(self) -> str:
         if self.chosen is not None:
@@ -97,16 +98,16 @@ class PrecisionTrial:
 
 
 def precision_trial(precision: str, device: torch.device, world_size: int = 1,
-                    reduce: Callable[[list[float]], list[float]] | None = None) -> PrecisionTrial | str:
-    """``precision`` as given when it is fp32 or bf16; for "auto": bf16 on a GPU that has
+                    reduce: Callable[[list[float]], list[float]] | None = None) -> PrecisionTrial:
+    """A trial decided from the start for fp32 or bf16; for "auto": bf16 on a GPU that has
     it, fp32 on a CPU whose bf16 matmuls are not ``MIN_MATMUL_GAIN`` times faster, else a
-    ``PrecisionTrial``."""
+    trial over the first steps."""
     if precision != "auto":
-        return precision
+        return PrecisionTrial(fixed=precision)
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        return PrecisionTrial(fixed="bf16" if torch.cuda.is_bf16_supported() else "fp32")
     gain = bf16_matmul_gain()
     if gain < MIN_MATMUL_GAIN:
         log.info("precision: fp32 (auto: this CPU's bf16 matmuls run %.2fx as fast as fp32's)", gain)
-        return "fp32"
+        return PrecisionTrial(fixed="fp32")
     return PrecisionTrial(reduce=reduce if world_size > 1 else None)

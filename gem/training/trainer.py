@@ -9,6 +9,7 @@ checkpoint, evaluate), export.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import time
@@ -392,7 +393,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
 
         # "auto": a few first steps in each precision, the faster kept (gem/training/precision.py)
         trial = precision_trial(cfg.precision, env.device, env.world_size, reduce=_sum_over_ranks(env))
-        step_precision = trial if isinstance(trial, str) else trial.precision()
+        step_precision = trial.precision()
         # The peak seen before on this machine; measured after the first step when there is
         # none (seconds of matmuls that would otherwise delay the first step).
         peak_dtype = torch.bfloat16 if step_precision == "bf16" else torch.float32
@@ -410,7 +411,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         running = None
         evaluator = None
         guard = LossGuard(cfg, env.device, env.world_size)
-        tuner = thread_tuner(cfg.threads, env, warmup_steps=1 if isinstance(trial, str) else trial.steps_needed)
+        tuner = thread_tuner(cfg.threads, env, warmup_steps=max(1, trial.steps_needed))
 
         kept = None  # the last evaluation's predictions, when they are what scoring the export gives
         bar = _step_bar(cfg, loader, env, step)
@@ -434,15 +435,14 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
                 step_flops = 3.0 * flops.forward(batch)
                 if tuner is not None:
                     tuner.before_step()
-                if not isinstance(trial, str):
-                    step_precision = trial.precision()
+                step_precision = trial.precision()
                 meter.step_begin()
                 result = train_step(dmp, local, dense_opt, precision=step_precision, task_weights=task_weights,
                                     grad_clip=cfg.optim.grad_clip, scheduler=scheduler)
                 meter.step_end(batch.batch_size, step_flops)
                 if tuner is not None:
                     tuner.after_step(meter.last_step_seconds, step_flops)
-                if not isinstance(trial, str) and trial.chosen is None:
+                if trial.chosen is None:
                     trial.after_step(meter.last_step_seconds, step_flops)
                     if trial.chosen == "bf16" and cfg.measure_peak:  # the MFU's peak is bf16's from here
                         peak_dtype = torch.bfloat16
@@ -499,7 +499,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             perf.update({f"perf/compile_cache_{k}": float(v) for k, v in compile_cache_counts().items()})
         perf["perf/threads"] = float(torch.get_num_threads())  # the tuner's last choice when it ran
         perf["perf/bf16"] = float(step_precision == "bf16")  # the precision of the last step (auto's choice)
-        if not isinstance(trial, str) and trial.chosen is not None:
+        if math.isfinite(trial.ratio):  # auto's trial ran
             perf["perf/bf16_step_time_ratio"] = trial.ratio
         tracker.log_metrics(perf, step)
         tracker.log_metrics(dense_memory(dense_opt), step)  # rank 0's (all ranks alike up to rounding)

@@ -45,11 +45,12 @@ def test_ranks_decide_on_their_summed_costs():
 
 def test_auto_skips_the_trial_where_bf16_matmuls_are_not_faster(monkeypatch):
     cpu = torch.device("cpu")
-    assert precision_trial("fp32", cpu) == "fp32" and precision_trial("bf16", cpu) == "bf16"
+    assert precision_trial("fp32", cpu).chosen == "fp32" and precision_trial("bf16", cpu).chosen == "bf16"
+    assert precision_trial("bf16", cpu).precision() == "bf16" and precision_trial("fp32", cpu).steps_needed == 0
     monkeypatch.setattr(precision_mod, "bf16_matmul_gain", lambda: 0.1)  # an AVX2 host: bf16 in software
-    assert precision_trial("auto", cpu) == "fp32"
+    assert precision_trial("auto", cpu).chosen == "fp32"
     monkeypatch.setattr(precision_mod, "bf16_matmul_gain", lambda: 2.0)
-    assert isinstance(precision_trial("auto", cpu), PrecisionTrial)
+    assert precision_trial("auto", cpu).chosen is None  # a trial over the first steps
     assert fixed_precision("auto") == "fp32" and fixed_precision("bf16") == "bf16"
 
 
