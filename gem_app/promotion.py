@@ -391,13 +391,12 @@ def decide_paired(model_name: str, challenger_version: str, holdouts: dict[str, 
 
 
 NOT_OFFERED = "not offered as challenger"
-NOT_OFFERED_SHORT = "not offered"
 
 
-def shown_outcome(d: GateDecision) -> str:
-    """The outcome as the step lines and the summary show it: ``keep (not offered)`` for a
+def shown_outcome(outcome: str, offered: bool = True) -> str:
+    """An outcome as the step lines and the summary show it: ``keep (not offered)`` for a
     kept model that gets no challenger alias."""
-    return d.outcome if d.offered else f"{d.outcome} ({NOT_OFFERED_SHORT})"
+    return outcome if offered else f"{outcome} (not offered)"
 
 
 def _offer(d: GateDecision, cfg: GateConfig) -> GateDecision:

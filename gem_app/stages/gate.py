@@ -134,7 +134,7 @@ def gate_teacher(version: str, eval_features: str, ctx: RunContext, cfg: GateCon
         decision = decide(name, str(version), {"all": holdout_figures(labels, probs)}, champion, cfg)
         decision = replace(decision, gate_run_id=run.info.run_id)
         _log_gate_run(decision, cfg, eval_features, uri, champion_uri, plot, labels)
-    figure("decision", shown_outcome(decision))
+    figure("decision", shown_outcome(decision.outcome, decision.offered))
     return without_nulls(decision.to_dict())
 
 
@@ -275,7 +275,7 @@ def gate(surface: str, challenger_version: str, eval_features: str, feast_repo: 
         _log_gate_run(decision, cfg, eval_features, uri, uris.get("champion"), plot, labels)
     fault_point(f"gate-{name}:decided")
     figure("model", name)
-    figure("decision", shown_outcome(decision))
+    figure("decision", shown_outcome(decision.outcome, decision.offered))
     return GateResult(decision=without_nulls(decision.to_dict()), roc=roc_points(labels, probs["challenger"]))
 
 
@@ -329,5 +329,5 @@ def promote(teacher_gate: dict, gated: list[dict], ctx: RunContext, *, data: str
                      "champion_before": d.champion_version or "none", "gate": without_nulls(d.to_dict())})
     teacher = without_nulls(applied[decisions[0].model_name].to_dict()) if teacher_gate else {}
     for d in final:
-        figure(d.model_name, shown_outcome(d))
+        figure(d.model_name, shown_outcome(d.outcome, d.offered))
     return PromoteResult(teacher=teacher, surfaces=rows, summary="\n".join(lines))

@@ -91,14 +91,6 @@ def headline(teacher: dict, rows: list[dict]) -> dict[str, float]:
     return {k: float(v) for k, v in out.items() if v is not None}
 
 
-def _decision(row: dict) -> str:
-    """The decision as a person reads it: a kept student that is not offered says so in
-    the column, not only at the end of its reason."""
-    from gem_app.promotion import NOT_OFFERED_SHORT
-
-    return f"{row['decision']} ({NOT_OFFERED_SHORT})" if row.get("offered") is False else row["decision"]
-
-
 def _float(value) -> float:
     figure = _figure(value)
     return math.nan if figure is None else figure
@@ -109,6 +101,8 @@ def _cell(text: str) -> str:
 
 
 def markdown_table(run_id: str, teacher_uri: str, rows: list[dict], teacher_gate: dict | None = None) -> str:
+    from gem_app.promotion import shown_outcome
+
     gate = teacher_gate or {}
     verdict = f": **{gate['outcome']}**: {_cell(gate.get('reason', ''))}" if gate.get("outcome") else ""
     lines = [f"# GEM pipeline run {run_id}", "", f"Teacher: {teacher_uri} (holdout, click task){verdict}", "",
@@ -123,7 +117,8 @@ def markdown_table(run_id: str, teacher_uri: str, rows: list[dict], teacher_gate
         vs = [_with_interval(auc_text(r.get("vs_teacher_auc"), *held, sign=True), r, "auc"),
               _with_interval(_signed(r.get("vs_teacher_ne")), r, "ne")]
         lines.append("| " + " | ".join([r["surface"], *figures[:4], *vs, figures[4], *lifts, r["student"],
-                                        _decision(r) or "-", _cell(r["why"]) or "-"]) + " |")
+                                        shown_outcome(r["decision"], r.get("offered", True)) or "-",
+                                        _cell(r["why"]) or "-"]) + " |")
     pooled = pooled_vs_teacher(rows)
     if pooled:
         lines += ["", f"Students vs teacher, pooled over {pooled['surfaces']} surfaces "

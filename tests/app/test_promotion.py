@@ -6,8 +6,6 @@ half-way is undone)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import mlflow
 import numpy as np
 import pytest
@@ -378,7 +376,7 @@ def test_a_kept_student_worse_than_a_constant_is_not_offered_as_challenger(regis
                         cfg, teacher_version=teacher)
     assert bad.surfaces[0].challenger["ne"] >= 1 and bad.outcome == KEEP and not bad.offered
     assert "not offered as challenger (NE not below 1 on feed)" in bad.reason
-    assert shown_outcome(bad) == "keep (not offered)" and shown_outcome(replace(bad, offered=True)) == "keep"
+    assert shown_outcome(bad.outcome, bad.offered) == "keep (not offered)" and shown_outcome(bad.outcome) == "keep"
     assert decision_from_dict(bad.to_dict()).offered is False  # survives kfp's JSON hop
     commit([bad], tmp_path / "journal")
     assert _aliases(registry, "student_feed") == {}
