@@ -183,6 +183,9 @@ class EfficiencyMeter:
         mark = self._log_mark if self._log_mark is not None else now
         figures = self._figures(self._log_examples, self._log_flops, max(now - mark, 1e-9))
         self._log_mark, self._log_examples, self._log_flops = now, 0, 0.0
+        # the peak this window's MFU is read against: the run measures it again after its
+        # last step (perf/peak_flops), and a higher one then does not rewrite logged windows
+        figures["perf/peak_flops"] = self.peak
         return {f"perf/window_{k.split('/')[1]}": v for k, v in figures.items()}
 
     def _figures(self, examples: int, flops: float, seconds: float) -> dict[str, float]:

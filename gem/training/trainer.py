@@ -397,6 +397,7 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
         # The peak seen before on this machine; measured after the first step when there is
         # none (seconds of matmuls that would otherwise delay the first step).
         peak_dtype = torch.bfloat16 if step_precision == "bf16" else torch.float32
+        peak_threads = torch.get_num_threads()  # the peak is per thread count; the tuner may change it
         peak = cached_peak_flops(env.device, peak_dtype) if cfg.measure_peak else None
         measure_after_first_step = cfg.measure_peak and peak is None
         phases["perf/startup_other_s"] = time.perf_counter() - mark
@@ -492,8 +493,14 @@ def train(features: str, out: str | Path, cfg: TrainConfig, model_cfg: ModelConf
             evaluator, eval_metrics = holdout_eval()
         if cfg.measure_peak and step > progress["step"]:
             # measured again (kept when higher): a peak first measured under other jobs' load
-            # would overstate every later run's MFU
-            meter.peak = measure_peak_flops(env.device, peak_dtype, repeats=2, refresh=True)
+            # would overstate every later run's MFU. At the thread count the run started
+            # with: the tuner's last choice may be 1 thread, whose peak is half the machine's
+            chosen_threads = torch.get_num_threads()
+            torch.set_num_threads(peak_threads)
+            try:
+                meter.peak = measure_peak_flops(env.device, peak_dtype, repeats=2, refresh=True)
+            finally:
+                torch.set_num_threads(chosen_threads)
         perf = {**meter.summary(), **phases}
         if cfg.compile:
             perf.update({f"perf/compile_cache_{k}": float(v) for k, v in compile_cache_counts().items()})
