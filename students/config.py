@@ -164,6 +164,9 @@ def refresh_interval(text: str):
     return value
 
 
+OLDER_ROWS = ("choose", "all", "fresh")
+
+
 @dataclass(kw_only=True)
 class SelectionConfig:
     """Students chosen on validation (students/selection.py): the newest ``validation_share``
@@ -180,6 +183,11 @@ class SelectionConfig:
     # retrain the chosen point on the whole student window for the chosen epochs (a
     # recalibrated student is kept as validated: its calibration was fit on that model)
     refit: bool = True
+    # when the student window reaches into the teacher's days (pipeline run
+    # --student-overlap-days): "choose" searches the grid on the fresh rows and trains the
+    # chosen point on every row as well, the lower validation loss deciding; "all" searches
+    # on every row; "fresh" never trains on the teacher's days
+    older_rows: str = "choose"
 
 
 @dataclass(kw_only=True)
@@ -207,6 +215,8 @@ class DistillConfig:
         if self.validation_days < 0 or self.optim.patience < 0:
             raise ValueError("validation_days and optim.patience must be >= 0")
         sel = self.selection
+        if sel.older_rows not in OLDER_ROWS:
+            raise ValueError(f"selection.older_rows={sel.older_rows!r}: use one of {OLDER_ROWS}")
         if sel.validation_share and sel.grid and sel.no_teacher_grid and len(sel.grid) != len(sel.no_teacher_grid):
             raise ValueError(f"selection: the no-teacher grid must be as large as the student's (the same budget); "
                              f"got {len(sel.no_teacher_grid)} and {len(sel.grid)} points")

@@ -3,6 +3,7 @@
     train, valid = validation_split(train, 0.2)          # the newest 20% of the rows, by time
     chosen = select(train, valid, holdout, spec, cfg, surface, grid)
     chosen.result, chosen.point, chosen.trials            # the winner, its point, every point's figures
+    with_older_rows(chosen, every_row, valid, holdout, spec, surface)  # the point on the teacher's days too
     recalibrate(chosen, valid, holdout, surface, teacher_ne)  # Platt on validation, folded into the model
     refit(chosen, train_and_valid, holdout, spec, surface)    # or: the chosen point on every row
 
@@ -35,6 +36,7 @@ class Chosen:
     windows: dict = field(default_factory=dict)  # the winning run's windows (train, validation, adapter fit, ...)
     cfg: object = None  # the winning point's DistillConfig
     refit: dict = field(default_factory=dict)  # {"epochs", "rows"} when retrained on the whole window
+    rows: str = ""  # "all": trained on the teacher's days too (with_older_rows); "fresh": validation refused them
 
 
 def validation_split(table: StudentTable, share: float, fresh_from: str = "") -> tuple[StudentTable, StudentTable]:
@@ -106,6 +108,22 @@ def select(train: StudentTable, valid: StudentTable, holdout: StudentTable | Non
     assert best is not None
     best.trials = trials
     return best
+
+
+def with_older_rows(chosen: Chosen, every_row: StudentTable, valid: StudentTable, holdout: StudentTable | None,
+                    spec, surface: str, *, teacher_model=None) -> bool:
+    """Train the chosen point again on ``every_row`` (the fresh rows it was chosen on and
+    the teacher window's days before them) and keep whichever of the two has the lower
+    validation label loss; ``chosen.rows`` says which ("all" or "fresh"), and the new
+    trial joins ``chosen.trials``. Returns whether the older rows were kept."""
+    challenger = select(every_row, valid, holdout, spec, chosen.cfg, surface, [{}], teacher_model=teacher_model)
+    trial = {**challenger.trials[0], "point": dict(chosen.point), "rows": "all"}
+    better = trial["valid_loss"] < min(t["valid_loss"] for t in chosen.trials)
+    trials = [*chosen.trials, trial]
+    if better:
+        chosen.result, chosen.windows = challenger.result, challenger.windows
+    chosen.trials, chosen.rows = trials, "all" if better else "fresh"
+    return better
 
 
 def refit(chosen: Chosen, train: StudentTable, holdout: StudentTable | None, spec, surface: str, *,

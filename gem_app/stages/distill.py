@@ -241,7 +241,9 @@ def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base
     each chosen on validation over its grid (students/selection.py) and recalibrated where
     the rule says; otherwise each trained once at the preset."""
     from students.distill import distill as run_distill
-    from students.selection import Chosen, recalibrate, refit, select, teacher_ne, validation_split
+    from students.data import split_at
+    from students.protocol import to_us
+    from students.selection import Chosen, recalibrate, refit, select, teacher_ne, validation_split, with_older_rows
 
     sel = cfg.selection
     if not sel.validation_share:
@@ -250,16 +252,27 @@ def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base
         return {"no_teacher": Chosen(base_out.students[surface], {}), "student": Chosen(run.students[surface], {}),
                 "windows": run.windows}
     fit, valid = validation_split(train, sel.validation_share, fresh_from=fresh_from)
-    student = select(fit, valid, holdout, spec, cfg, surface, sel.grid, teacher_model=teacher_model)
-    baseline = select(fit, valid, holdout, spec, base_cfg, surface, sel.no_teacher_grid)  # already capacity-matched
+    # a window reaching into the teacher's days: the grid is searched on the fresh rows
+    # (unless older_rows is "all"), and with "choose" validation decides whether the
+    # chosen point also trains on the older ones (the no-teacher reference likewise)
+    older = bool(fresh_from) and bool((fit.event_time_us < to_us(fresh_from)).any()) and sel.older_rows != "all"
+    searched = split_at(fit, to_us(fresh_from))[1] if older else fit
+    student = select(searched, valid, holdout, spec, cfg, surface, sel.grid, teacher_model=teacher_model)
+    baseline = select(searched, valid, holdout, spec, base_cfg, surface, sel.no_teacher_grid)  # capacity-matched
+    pairs = ((student, teacher_model), (baseline, None))
+    for chosen, model in pairs if older else ():
+        chosen.rows = "fresh"
+        if sel.older_rows == "choose":
+            with_older_rows(chosen, fit, valid, holdout, spec, surface, teacher_model=model)
     if sel.calibrate:
         reference = teacher_ne(valid, surface)
         for chosen in (student, baseline):
             recalibrate(chosen, valid, holdout, surface, reference)
     if sel.refit:
-        for chosen, model in ((student, teacher_model), (baseline, None)):
+        for chosen, model in pairs:
             if not chosen.calibration.get("applied"):
-                refit(chosen, train, holdout, spec, surface, teacher_model=model)
+                rows = split_at(train, to_us(fresh_from))[1] if chosen.rows == "fresh" else train
+                refit(chosen, rows, holdout, spec, surface, teacher_model=model)
     return {"no_teacher": baseline, "student": student, "windows": student.windows}
 
 
@@ -289,7 +302,9 @@ def log_selection(chosen: dict) -> dict:
         if c.refit:
             mlflow.log_metrics({f"select/{who}/refit_epochs": float(c.refit["epochs"]),
                                 f"select/{who}/refit_rows": float(c.refit["rows"])})
-        record[who] = {"point": c.point, "points": len(c.trials), "recalibrated": recalibrated,
+        if c.rows:
+            mlflow.log_param(f"select.{who}.rows", c.rows)
+        record[who] = {"point": c.point, "points": len(c.trials), "recalibrated": recalibrated, "rows": c.rows,
                        "valid_loss": min(t["valid_loss"] for t in c.trials), "refit": dict(c.refit)}
     return record
 

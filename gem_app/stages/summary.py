@@ -52,8 +52,11 @@ def _row(teacher: dict, row: dict) -> dict:
             **{f"vs_teacher_{k}": _figure(row.get("vs_teacher", {}).get(k))
                for k in ("auc", "auc_lo", "auc_hi", "ne", "ne_lo", "ne_hi", "rows")},
             "recalibrated": bool(chosen.get("recalibrated", False)), "chosen": chosen.get("point"),
+            # "all": validation kept the teacher's days among its training rows; "fresh": it refused them
+            "rows": chosen.get("rows", ""),
             "student": (f"{row['model_name']} v{row['version']}" if row.get("version") else "none trained")
-            + (" (recalibrated)" if chosen.get("recalibrated") else ""),
+            + (" (recalibrated)" if chosen.get("recalibrated") else "")
+            + (" (+ teacher's days)" if chosen.get("rows") == "all" else ""),
             "promoted": bool(row.get("promoted", False)),
             # False: kept without the challenger alias (no better than a constant on the holdout)
             "offered": bool(row.get("gate", {}).get("offered", True)),
@@ -88,6 +91,8 @@ def headline(teacher: dict, rows: list[dict]) -> dict[str, float]:
         out[f"decisions/{outcome.replace(' ', '_')}"] = float(sum(r.get("decision") == outcome for r in rows))
     out["decisions/none_trained"] = float(sum(r.get("student") == "none trained" for r in rows))
     out["decisions/not_offered"] = float(sum(r.get("offered") is False for r in rows))
+    if any(r.get("rows") for r in rows):  # the window reached into the teacher's days
+        out["students/on_teacher_days"] = float(sum(r.get("rows") == "all" for r in rows))
     return {k: float(v) for k, v in out.items() if v is not None}
 
 

@@ -303,3 +303,65 @@ def test_a_point_best_within_its_first_epoch_is_refit_for_that_share_of_the_rows
     done = refit(chosen, train, holdout, spec, "feed")
     assert done["epochs"] == 0.25
     assert sum(rows) == pytest.approx(0.25 * done["rows"], abs=_cfg().optim.batch_size)
+
+
+def _older_and_fresh(tables):
+    from students.protocol import iso
+
+    train, holdout, spec = tables
+    times = np.sort(train.event_time_us.numpy())
+    fresh_from = iso(int(times[len(times) // 2]))  # the older half plays the teacher's last days
+    fit, valid = validation_split(train, 0.25, fresh_from=fresh_from)
+    return fit, valid, holdout, spec, fresh_from
+
+
+@pytest.mark.parametrize("older", ["useful", "inverted"])
+def test_the_teachers_days_stay_among_the_rows_only_where_validation_says_so(tables, older):
+    """``selection.older_rows: choose``: the point chosen on the fresh rows trains again on
+    every row, and the teacher's days are kept where that lowers the validation loss. Older
+    rows with their labels (and the teacher's logits) inverted teach the opposite of the
+    fresh ones, and validation refuses them."""
+    from students.data import split_at
+    from students.protocol import to_us
+    from students.selection import with_older_rows
+
+    fit, valid, holdout, spec, fresh_from = _older_and_fresh(tables)
+    fresh = split_at(fit, to_us(fresh_from))[1]
+    if older == "inverted":
+        before = fit.event_time_us < to_us(fresh_from)
+        fit = fit.subset(torch.arange(len(fit)))  # a copy
+        fit.labels[before] = 1.0 - fit.labels[before]
+        fit.labels[before, 1] = 0.0  # no conversion without a click
+        fit.teacher_logits[before] = -fit.teacher_logits[before]
+    chosen = select(fresh, valid, holdout, spec, _cfg(), "feed", [{}])
+    fresh_loss, fresh_rows = chosen.trials[0]["valid_loss"], chosen.result.train_examples
+    kept = with_older_rows(chosen, fit, valid, holdout, spec, "feed")
+    trial = chosen.trials[-1]
+    assert len(chosen.trials) == 2 and trial["rows"] == "all" and trial["point"] == chosen.point
+    assert kept == (trial["valid_loss"] < fresh_loss) and chosen.rows == ("all" if kept else "fresh")
+    assert kept == (older == "useful"), chosen.trials
+    assert (chosen.result.train_examples > fresh_rows) == kept  # the winner's own rows
+
+
+def test_the_distill_stage_searches_the_grid_on_the_fresh_rows_and_records_the_rows_it_chose(world, tmp_path):
+    from gem_app.stages.distill import distill
+
+    fit, _, _, _, fresh_from = _older_and_fresh(
+        (load_table(world.features["student"], from_dict(DistillConfig, {"student": STUDENT}).student)[0], None, None))
+    ctx = RunContext(pipeline_run_id="rows-test", tracking_root=str(tmp_path))
+    overrides = ["optim.epochs=1", "optim.batch_size=64", "student.history_len=4", "selection.validation_share=0.25",
+                 "selection.grid=[{}, {optim.lr: 0.01}]", "selection.no_teacher_grid=[{}, {optim.lr: 0.01}]"]
+    try:
+        result = distill("feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo),
+                         world.teacher_uri, str(tmp_path / "students"), ctx, preset="default", overrides=overrides,
+                         fresh_from=fresh_from)
+        run = mlflow.search_runs(search_all_experiments=True, filter_string="params.`select.student.rows` != ''",
+                                 output_format="list")[0]
+        history = MlflowClient(ctx.configure()).get_metric_history(run.info.run_id, "select/student/valid_loss")
+    finally:
+        mlflow.set_tracking_uri("")
+    for who in ("student", "no_teacher"):
+        chose = result.selection[who]
+        assert chose["points"] == 3 and chose["rows"] in ("all", "fresh")  # the grid, then the winner on every row
+        assert run.data.params[f"select.{who}.rows"] == chose["rows"]
+    assert [m.step for m in history] == [0, 1, 2]
