@@ -240,8 +240,8 @@ def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base
     """The transfer student and its no-teacher reference: with ``selection.validation_share``,
     each chosen on validation over its grid (students/selection.py) and recalibrated where
     the rule says; otherwise each trained once at the preset."""
-    from students.distill import distill as run_distill
     from students.data import split_at
+    from students.distill import distill as run_distill
     from students.protocol import to_us
     from students.selection import Chosen, recalibrate, refit, select, teacher_ne, validation_split, with_older_rows
 
