@@ -235,3 +235,22 @@ def test_the_summary_says_in_the_decision_column_which_kept_students_are_not_off
     assert "| keep |" in next(line for line in lines if line.startswith("| cat01"))
     figures = headline({"metrics": {}}, rows)
     assert figures["decisions/not_offered"] == 1.0 and figures["decisions/keep"] == 2.0
+
+
+def test_the_summary_names_the_students_that_kept_the_teachers_days():
+    # issue 43: with the students' window reaching into the teacher's days, validation
+    # decides per surface whether those rows train the student; the table says where it did
+    from gem_app.stages.summary import _row, headline, markdown_table
+
+    def distilled(surface, rows):
+        return {"surface": surface, "metrics": {"student": {"auc": 0.6, "ne": 0.9}, "no_teacher": {"auc": 0.55}},
+                "lift": {"auc": 0.05}, "model_name": f"student_{surface}", "version": "1", "decision": "promote",
+                "why": "-", "selection": {"student": {"point": {}, "rows": rows}}}
+
+    rows = [_row({"metrics": {}}, distilled("books", "all")), _row({"metrics": {}}, distilled("games", "fresh"))]
+    lines = markdown_table("run", "models:/gem_teacher/1", rows).split("\n")
+    assert "student_books v1 (+ teacher's days)" in next(line for line in lines if line.startswith("| books"))
+    assert "teacher's days" not in next(line for line in lines if line.startswith("| games"))
+    assert headline({"metrics": {}}, rows)["students/on_teacher_days"] == 1.0
+    own = [_row({"metrics": {}}, distilled("books", ""))]  # no overlap: no such figure
+    assert "students/on_teacher_days" not in headline({"metrics": {}}, own)
