@@ -46,15 +46,21 @@ class Windows:
         return self.student_start or self.teacher_end
 
 
+ALL_TEACHER_DAYS = -1  # student_overlap_days: the students train on every day of the teacher's window
+
+
 def overlap_students(windows: Windows, days: int) -> Windows:
     """``windows`` with the students' window starting ``days`` days before the teacher's
-    end (at most at the teacher's start; 0: no overlap)."""
+    end (at most at the teacher's start; 0: no overlap; ``ALL_TEACHER_DAYS``: at the
+    teacher's start)."""
     from gem.data.contract import parse_utc
 
-    if days < 0:
-        raise WindowError(f"student_overlap_days={days} must be >= 0")
+    if days < 0 and days != ALL_TEACHER_DAYS:
+        raise WindowError(f"student_overlap_days={days} must be >= 0 (or {ALL_TEACHER_DAYS}: the teacher's every day)")
     if not days:
         return windows
+    if days == ALL_TEACHER_DAYS:
+        return replace(windows, student_start=windows.start)
     start = max(parse_utc(windows.teacher_end) - dt.timedelta(days=days), parse_utc(windows.start))
     return replace(windows, student_start=start.isoformat())
 

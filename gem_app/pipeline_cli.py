@@ -22,6 +22,18 @@ from gem.errors import UserError
 log = logging.getLogger(__name__)
 
 
+def overlap_days(text: str) -> int:
+    """``all`` (the teacher window's every day) or an integer >= 0."""
+    from gem.protocol import ALL_TEACHER_DAYS
+
+    if text.strip().lower() == "all":
+        return ALL_TEACHER_DAYS
+    try:
+        return count(0)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'all' or an integer >= 0") from None
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("pipeline", help="run or compile the end-to-end pipeline", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -39,9 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="days of the students' window (default 0: chosen by evidence, see --evidence)")
     run.add_argument("--holdout-days", type=count(0), default=0,
                      help="days of the holdout window, the last (default 0: chosen by evidence)")
-    run.add_argument("--student-overlap-days", type=count(0), default=0,
-                     help="the students also train on the teacher window's last N days (default 0: only on "
-                          "their own window; validation and the adapter keep to the days after the teacher's)")
+    run.add_argument("--student-overlap-days", type=overlap_days, default=None, metavar="N|all",
+                     help="the students also train on the teacher window's last N days (default all: its every "
+                          "day; 0: only their own window); validation and the adapter keep to the days after "
+                          "the teacher's")
     run.add_argument("--evidence", action="append", default=[], metavar="KEY=VALUE",
                      help="what a window chosen by evidence must hold (gem.protocol.Evidence): examples=200, "
                           "positives=30 per surface, min_share=0, max_share=0.25 of the log per window")
@@ -86,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"error: --gate {' '.join(args.gate)}: {exc} (give KEY=VALUE)", file=sys.stderr)
             return 2
         params["gate_settings"] = settings
-    if args.student_overlap_days:
+    if args.student_overlap_days is not None:
         params["student_overlap_days"] = args.student_overlap_days
     if args.cut:
         params["cuts"] = list(args.cut)

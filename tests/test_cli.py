@@ -69,7 +69,8 @@ def test_debug_flag_anywhere_shows_the_traceback():
     (["data", "validate", "d", "--max-quarantine-fraction=2"], "'2' is not a fraction"),
     (["data", "validate", "d", "--max-quarantine-fraction=-1"], "'-1' is not a fraction"),
     (["pipeline", "run", "--student-days", "-1"], "'-1' is not an integer >= 0"),
-    (["pipeline", "run", "--student-overlap-days", "-2"], "--student-overlap-days: '-2' is not an integer >= 0"),
+    (["pipeline", "run", "--student-overlap-days", "-2"],
+     "--student-overlap-days: '-2' is not 'all' or an integer >= 0"),
 ], ids=["bad-time", "bad-day", "bad-cut", "nan-fraction", "fraction-above-1", "negative-fraction", "negative-days",
         "negative-overlap"])
 def test_bad_option_values_are_usage_errors_naming_the_option(args, names, capsys):

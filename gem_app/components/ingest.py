@@ -9,7 +9,7 @@ from gem_app.components.base import component
 def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_config: str, code_version: str,
            workspace: str, student_days: int, holdout_days: int, teacher_days: int, surfaces: list,
            window_evidence: dict, late_data: str, clean_data: Output[Dataset], report: Output[Markdown],
-           student_overlap_days: int = 0
+           student_overlap_days: int = -1
            ) -> NamedTuple("Ingested", clean=str, clean_digest=str, start=str, teacher_end=str, student_start=str,
                            student_end=str, end=str, teacher_features=str, student_features=str,
                            holdout_features=str, surfaces=list, days=str):
@@ -21,7 +21,8 @@ def ingest(tracking: str, data: str, data_digest: str, sim_preset: str, sim_conf
     ``late_data`` (refuse | backfill; empty: not checked): the days since the last
     committed run that changed or are new (gem_app.stages.late_data); ``days``: the file
     of each day's content digest, for the commit. ``student_overlap_days``: the students'
-    window (``student_start``) begins that many days before the teacher's end. Cache key:
+    window (``student_start``) begins that many days before the teacher's end (-1: at the
+    teacher's start; 0: at its end). Cache key:
     the dataset's digest (or the simulator config's), the protocol and the code version."""
     from collections import namedtuple
 

@@ -52,8 +52,9 @@ def make_gem_pipeline(cluster: ClusterSettings | None = None, *, refresh: bool =
                      # 0 days: the window is chosen by window_evidence (gem.protocol.Evidence fields)
                      student_days: int = 1 if refresh else 0, holdout_days: int = 1 if refresh else 0,
                      teacher_days: int = 1 if refresh else 0,
-                     # > 0: the students also train on the teacher window's last N days
-                     student_overlap_days: int = 0,
+                     # the students also train on the teacher window's last N days (-1: its every
+                     # day, gem.protocol.ALL_TEACHER_DAYS; 0: only on their own window)
+                     student_overlap_days: int = -1,
                      # late or corrected days since the last committed run: refuse | backfill
                      # ("": not checked; the local refresh checks them in its state.json)
                      late_data: str = "refuse" if refresh else "",

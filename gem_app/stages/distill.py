@@ -255,13 +255,13 @@ def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base
     # a window reaching into the teacher's days: the grid is searched on the fresh rows
     # (unless older_rows is "all"), and with "choose" validation decides whether the
     # chosen point also trains on the older ones (the no-teacher reference likewise)
-    older = bool(fresh_from) and bool((fit.event_time_us < to_us(fresh_from)).any()) and sel.older_rows != "all"
-    searched = split_at(fit, to_us(fresh_from))[1] if older else fit
+    older = bool(fresh_from) and bool((fit.event_time_us < to_us(fresh_from)).any())
+    searched = split_at(fit, to_us(fresh_from))[1] if older and sel.older_rows != "all" else fit
     student = select(searched, valid, holdout, spec, cfg, surface, sel.grid, teacher_model=teacher_model)
     baseline = select(searched, valid, holdout, spec, base_cfg, surface, sel.no_teacher_grid)  # capacity-matched
     pairs = ((student, teacher_model), (baseline, None))
     for chosen, model in pairs if older else ():
-        chosen.rows = "fresh"
+        chosen.rows = "all" if searched is fit else "fresh"
         if sel.older_rows == "choose":
             with_older_rows(chosen, fit, valid, holdout, spec, surface, teacher_model=model)
     if sel.calibrate:

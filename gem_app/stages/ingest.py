@@ -4,7 +4,8 @@ evidence (the default, ``evidence_windows``: the latest spans that hold enough e
 and clicks per surface, printed with their sizes), the last days (``split_windows``:
 ``student_days`` and ``holdout_days`` > 0), or explicit time cut points (``cut_windows``);
 ``student_overlap_days`` > 0 starts the students' window that many days before the
-teacher's end (``gem.protocol.overlap_students``).
+teacher's end, -1 (the default, ``gem.protocol.ALL_TEACHER_DAYS``) at the teacher's start
+(``gem.protocol.overlap_students``).
 
 Cut points come as ``cuts`` or, from `pipeline run --cut`, as the workspace's
 ``cuts.json`` (``write_cuts``): the compiled pipeline has no parameter for them, and a
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from gem import tracking
 from gem.protocol import (
+    ALL_TEACHER_DAYS,
     Evidence,
     check_windows,
     cut_windows,
@@ -124,7 +126,7 @@ def check_surfaces(data: str, surfaces: list[str] | None) -> list[str]:
 def ingest(data: str, workspace: str, sim_preset: str, ctx: RunContext, *, student_days: int = 0,
            holdout_days: int = 0, teacher_days: int = 0, surfaces: list[str] | None = None,
            cuts: list[str] | None = None, evidence: dict | None = None, late_data: str = "",
-           student_overlap_days: int = 0) -> IngestResult:
+           student_overlap_days: int = ALL_TEACHER_DAYS) -> IngestResult:
     """A rerun reuses the result only when the dataset's bytes (or the simulator's
     config) and the protocol are unchanged. ``surfaces`` (asked for) are checked against
     the data first: a surface it lacks fails here, before any work. ``cuts`` (default:

@@ -55,8 +55,7 @@ def _row(teacher: dict, row: dict) -> dict:
             # "all": validation kept the teacher's days among its training rows; "fresh": it refused them
             "rows": chosen.get("rows", ""),
             "student": (f"{row['model_name']} v{row['version']}" if row.get("version") else "none trained")
-            + (" (recalibrated)" if chosen.get("recalibrated") else "")
-            + (" (+ teacher's days)" if chosen.get("rows") == "all" else ""),
+            + (" (recalibrated)" if chosen.get("recalibrated") else ""),
             "promoted": bool(row.get("promoted", False)),
             # False: kept without the challenger alias (no better than a constant on the holdout)
             "offered": bool(row.get("gate", {}).get("offered", True)),
@@ -124,6 +123,13 @@ def markdown_table(run_id: str, teacher_uri: str, rows: list[dict], teacher_gate
         lines.append("| " + " | ".join([r["surface"], *figures[:4], *vs, figures[4], *lifts, r["student"],
                                         shown_outcome(r["decision"], r.get("offered", True)) or "-",
                                         _cell(r["why"]) or "-"]) + " |")
+    on_teacher_days = [r["surface"] for r in rows if r.get("rows") == "all"]
+    trained = sum(bool(r.get("rows")) for r in rows)  # students whose window reached into the teacher's days
+    if trained:
+        lines += ["", "Students trained on the teacher's days as well: "
+                      + (", ".join(on_teacher_days) if on_teacher_days else "none")
+                      + (f" ({len(on_teacher_days)} of {trained}; the others on their own window only)"
+                         if len(on_teacher_days) < trained else "")]
     pooled = pooled_vs_teacher(rows)
     if pooled:
         lines += ["", f"Students vs teacher, pooled over {pooled['surfaces']} surfaces "

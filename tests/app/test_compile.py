@@ -313,7 +313,7 @@ def test_the_students_window_starts_where_ingest_says_and_validation_where_the_t
     end, and the distill plan learns where the fresh rows begin (``teacher_end``)."""
     docs, _ = compiled
     spec, _ = docs[GEM_YAML]
-    assert spec["root"]["inputDefinitions"]["parameters"]["student_overlap_days"]["defaultValue"] == 0
+    assert spec["root"]["inputDefinitions"]["parameters"]["student_overlap_days"]["defaultValue"] == -1
     root = spec["root"]["dag"]["tasks"]
 
     def source(task: str, name: str) -> str:

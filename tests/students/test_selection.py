@@ -350,7 +350,8 @@ def test_the_distill_stage_searches_the_grid_on_the_fresh_rows_and_records_the_r
         (load_table(world.features["student"], from_dict(DistillConfig, {"student": STUDENT}).student)[0], None, None))
     ctx = RunContext(pipeline_run_id="rows-test", tracking_root=str(tmp_path))
     overrides = ["optim.epochs=1", "optim.batch_size=64", "student.history_len=4", "selection.validation_share=0.25",
-                 "selection.grid=[{}, {optim.lr: 0.01}]", "selection.no_teacher_grid=[{}, {optim.lr: 0.01}]"]
+                 "selection.grid=[{}, {optim.lr: 0.01}]", "selection.no_teacher_grid=[{}, {optim.lr: 0.01}]",
+                 "selection.older_rows=choose"]
     try:
         result = distill("feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo),
                          world.teacher_uri, str(tmp_path / "students"), ctx, preset="default", overrides=overrides,

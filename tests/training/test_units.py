@@ -249,8 +249,8 @@ def test_the_summary_names_the_students_that_kept_the_teachers_days():
 
     rows = [_row({"metrics": {}}, distilled("books", "all")), _row({"metrics": {}}, distilled("games", "fresh"))]
     lines = markdown_table("run", "models:/gem_teacher/1", rows).split("\n")
-    assert "student_books v1 (+ teacher's days)" in next(line for line in lines if line.startswith("| books"))
-    assert "teacher's days" not in next(line for line in lines if line.startswith("| games"))
+    said = next(line for line in lines if line.startswith("Students trained on the teacher's days"))
+    assert said.endswith(": books (1 of 2; the others on their own window only)"), said
     assert headline({"metrics": {}}, rows)["students/on_teacher_days"] == 1.0
     own = [_row({"metrics": {}}, distilled("books", ""))]  # no overlap: no such figure
     assert "students/on_teacher_days" not in headline({"metrics": {}}, own)
