@@ -11,6 +11,8 @@ In one process, on the window's batches in the trainer's order (every ``--every`
 - the forward's split over the model's blocks (embeddings, sequence FFN and attention,
   summary pooling, Wukong, heads) on two late batches;
 - torch intra-op threads: 1 against torch's default, alternating step by step;
+- the personalized FFN's FiLM + SiLU in token blocks (kernels/film_silu.py) against the
+  reference's whole-tensor ops, alternating train steps;
 - bf16 autocast against fp32 (train steps over the same subsample, alternating; the
   forward alone on ``--holdout``, as knowledge generation runs it);
 - torch.compile of the dense blocks (gem/training/parallelize.py) against eager,
@@ -169,6 +171,24 @@ def main(argv: list[str] | None = None) -> int:
         seconds = alternate([threads_step(b) for b in ab], "one", "default")
         torch.set_num_threads(default_threads)
         figures["threads_step_time_default_over_one"] = seconds["default"] / seconds["one"]
+    # the personalized FFN's FiLM + SiLU in token blocks (kernels/film_silu.py) against the
+    # reference's whole-tensor ops: two copies of the untrained model, alternating steps
+    films = {name: trainable(copy.deepcopy(pristine)) for name in ("blocks", "reference")}
+    for module in unwrap(films["reference"][0]).modules():
+        if hasattr(module, "film_rows"):
+            module.film_rows = 0
+
+    def film_step(batch):
+        return lambda name: train_step(films[name][0], batch, films[name][1])
+    for name in films:
+        film_step(used[0])(name)
+    seconds = alternate([film_step(b) for b in used[1:]], "reference", "blocks")
+    film_flops = sum(3 * flops.forward(b) for b in used[1:])
+    figures["film_step_time_blocks_over_reference"] = seconds["blocks"] / seconds["reference"]
+    for name in films:
+        figures[f"film_{name}_examples_per_s"] = sum(b.batch_size for b in used[1:]) / seconds[name]
+        figures[f"film_{name}_mfu"] = film_flops / seconds[name] / peak
+    films.clear()  # free the two copies
     # precision: two copies of the untrained model, one step each per batch, alternating
     # (the same subsample of the run as above), and the forward alone on the holdout
     figures["bf16_matmul_gain"] = bf16_matmul_gain()

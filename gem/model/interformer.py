@@ -23,6 +23,8 @@ from gem.model.attention import JaggedMultiHeadAttention
 from gem.model.config import ModelConfig
 from gem.model.jagged import attention_pool, gather_prefix, gather_recent, keep_recent, segment_ids, target_pool
 from gem.model.wukong import WukongArch
+from kernels.film_silu import ROWS as FILM_ROWS
+from kernels.film_silu import film_silu
 
 
 class PersonalizedFFN(nn.Module):
@@ -31,6 +33,7 @@ class PersonalizedFFN(nn.Module):
 
     def __init__(self, dim: int, hidden: int, dropout: float) -> None:
         super().__init__()
+        self.film_rows = FILM_ROWS  # tokens per block of film_silu; 0: the reference (one pass per op)
         self.up = nn.Linear(dim, hidden)
         self.film = nn.Linear(dim, 2 * hidden)
         self.down = nn.Linear(hidden, dim)
@@ -39,12 +42,9 @@ class PersonalizedFFN(nn.Module):
         nn.init.zeros_(self.film.bias)
 
     def forward(self, x_ND: torch.Tensor, ctx_BD: torch.Tensor, seg_N: torch.Tensor) -> torch.Tensor:
-        # One gather of both FiLM halves (index_select: its backward is an index_add, far
-        # cheaper on CPU than advanced indexing's accumulating index_put).
-        scale_NH, shift_NH = self.film(ctx_BD).index_select(0, seg_N).chunk(2, dim=-1)
-        up_NH = self.up(x_ND)
-        h_NH = torch.addcmul(up_NH + shift_NH, up_NH, scale_NH)  # up * (1 + scale) + shift
-        return self.down(self.drop(nn.functional.silu(h_NH)))
+        # silu(up * (1 + scale) + shift), the (B, 2H) FiLM rows gathered per token block by
+        # block (kernels/film_silu.py: the (N, H) intermediates stay in cache)
+        return self.down(self.drop(film_silu(self.up(x_ND), self.film(ctx_BD), seg_N, rows=self.film_rows)))
 
 
 class SequenceBlock(nn.Module):
