@@ -184,11 +184,14 @@ def test_the_distill_stage_validates_on_the_rows_after_the_teachers_end(world, t
     overrides = ["optim.epochs=1", "optim.batch_size=64", "student.history_len=4", "selection.validation_share=0.25",
                  "selection.grid=[{}]", "selection.no_teacher_grid=[{}]"]
     try:
-        distill("feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo),
-                world.teacher_uri, str(tmp_path / "students"), ctx, preset="default", overrides=overrides,
-                fresh_from=fresh_from)
+        result = distill("feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo),
+                         world.teacher_uri, str(tmp_path / "students"), ctx, preset="default", overrides=overrides,
+                         fresh_from=fresh_from)
     finally:
         mlflow.set_tracking_uri("")
+    # selection.older_rows' default: the grid on every row, the teacher's days among them
+    assert result.selection["student"]["rows"] == result.selection["no_teacher"]["rows"] == "all"
+    assert result.selection["student"]["points"] == 1
     assert seen and seen[0][0] == fresh_from and seen[0][1] >= to_us(fresh_from)
     assert seen[0][1] > int(split(train, 0.25)[1].event_time_us.min())  # later than the plain newest share
     cfg = from_dict(DistillConfig, {"student": STUDENT})
