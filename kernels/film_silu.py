@@ -14,7 +14,8 @@ the sum, the product, SiLU, their backwards, the concatenated FiLM gradient), ab
 third of the train step (docs/training-efficiency.md). ``film_silu`` walks the tokens in
 blocks of ``rows`` so that each block's intermediates stay in cache, saves only ``up``
 (the pre-activation is recomputed in backward, block by block) and sums each block's FiLM
-gradient straight into (B, 2H). Same math, same dtype; results equal to float rounding.
+gradient straight into (B, 2H). Same math, same dtype: the forward equal to the
+reference's to the bit, the gradients to float rounding.
 """
 
 from __future__ import annotations

@@ -36,7 +36,9 @@ class Chosen:
     windows: dict = field(default_factory=dict)  # the winning run's windows (train, validation, adapter fit, ...)
     cfg: object = None  # the winning point's DistillConfig
     refit: dict = field(default_factory=dict)  # {"epochs", "rows"} when retrained on the whole window
-    rows: str = ""  # "all": trained on the teacher's days too (with_older_rows); "fresh": validation refused them
+    # a window reaching into the teacher's days: "all" trained on them too, "fresh" on the
+    # rows after them only (selection.older_rows, or with_older_rows' choice); "" otherwise
+    rows: str = ""
 
 
 def validation_split(table: StudentTable, share: float, fresh_from: str = "") -> tuple[StudentTable, StudentTable]:

@@ -252,18 +252,21 @@ def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base
         return {"no_teacher": Chosen(base_out.students[surface], {}), "student": Chosen(run.students[surface], {}),
                 "windows": run.windows}
     fit, valid = validation_split(train, sel.validation_share, fresh_from=fresh_from)
-    # a window reaching into the teacher's days: the grid is searched on the fresh rows
-    # (unless older_rows is "all"), and with "choose" validation decides whether the
-    # chosen point also trains on the older ones (the no-teacher reference likewise)
-    older = bool(fresh_from) and bool((fit.event_time_us < to_us(fresh_from)).any())
-    searched = split_at(fit, to_us(fresh_from))[1] if older and sel.older_rows != "all" else fit
+    # a window reaching into the teacher's days: the grid is searched on every row
+    # (older_rows "all") or on the fresh ones, and with "choose" validation decides whether
+    # the chosen point also trains on the older ones (the no-teacher reference likewise)
+    fresh_us = to_us(fresh_from) if fresh_from else 0
+    older = bool(fresh_from) and bool((fit.event_time_us < fresh_us).any())
+    fresh_only = older and sel.older_rows != "all"
+    searched = split_at(fit, fresh_us)[1] if fresh_only else fit
     student = select(searched, valid, holdout, spec, cfg, surface, sel.grid, teacher_model=teacher_model)
     baseline = select(searched, valid, holdout, spec, base_cfg, surface, sel.no_teacher_grid)  # capacity-matched
     pairs = ((student, teacher_model), (baseline, None))
-    for chosen, model in pairs if older else ():
-        chosen.rows = "all" if searched is fit else "fresh"
-        if sel.older_rows == "choose":
-            with_older_rows(chosen, fit, valid, holdout, spec, surface, teacher_model=model)
+    if older:
+        for chosen, model in pairs:
+            chosen.rows = "fresh" if fresh_only else "all"
+            if sel.older_rows == "choose":
+                with_older_rows(chosen, fit, valid, holdout, spec, surface, teacher_model=model)
     if sel.calibrate:
         reference = teacher_ne(valid, surface)
         for chosen in (student, baseline):
@@ -271,7 +274,7 @@ def choose_students(train, holdout, spec, cfg, surface: str, teacher_model, base
     if sel.refit:
         for chosen, model in pairs:
             if not chosen.calibration.get("applied"):
-                rows = split_at(train, to_us(fresh_from))[1] if chosen.rows == "fresh" else train
+                rows = split_at(train, fresh_us)[1] if chosen.rows == "fresh" else train
                 refit(chosen, rows, holdout, spec, surface, teacher_model=model)
     return {"no_teacher": baseline, "student": student, "windows": student.windows}
 

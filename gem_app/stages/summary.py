@@ -52,7 +52,7 @@ def _row(teacher: dict, row: dict) -> dict:
             **{f"vs_teacher_{k}": _figure(row.get("vs_teacher", {}).get(k))
                for k in ("auc", "auc_lo", "auc_hi", "ne", "ne_lo", "ne_hi", "rows")},
             "recalibrated": bool(chosen.get("recalibrated", False)), "chosen": chosen.get("point"),
-            # "all": validation kept the teacher's days among its training rows; "fresh": it refused them
+            # the student's window reached into the teacher's days: "all" trained on them, "fresh" did not
             "rows": chosen.get("rows", ""),
             "student": (f"{row['model_name']} v{row['version']}" if row.get("version") else "none trained")
             + (" (recalibrated)" if chosen.get("recalibrated") else ""),
@@ -124,12 +124,12 @@ def markdown_table(run_id: str, teacher_uri: str, rows: list[dict], teacher_gate
                                         shown_outcome(r["decision"], r.get("offered", True)) or "-",
                                         _cell(r["why"]) or "-"]) + " |")
     on_teacher_days = [r["surface"] for r in rows if r.get("rows") == "all"]
-    trained = sum(bool(r.get("rows")) for r in rows)  # students whose window reached into the teacher's days
-    if trained:
+    reached = sum(bool(r.get("rows")) for r in rows)  # students whose window reached into the teacher's days
+    if reached:
         lines += ["", "Students trained on the teacher's days as well: "
                       + (", ".join(on_teacher_days) if on_teacher_days else "none")
-                      + (f" ({len(on_teacher_days)} of {trained}; the others on their own window only)"
-                         if len(on_teacher_days) < trained else "")]
+                      + (f" ({len(on_teacher_days)} of {reached}; the others on their own window only)"
+                         if len(on_teacher_days) < reached else "")]
     pooled = pooled_vs_teacher(rows)
     if pooled:
         lines += ["", f"Students vs teacher, pooled over {pooled['surfaces']} surfaces "
