@@ -182,7 +182,7 @@ def test_the_distill_stage_validates_on_the_rows_after_the_teachers_end(world, t
     fresh_from = iso(int(times[int(len(times) * 0.6)]))
     ctx = RunContext(pipeline_run_id="fresh-test", tracking_root=str(tmp_path))
     overrides = ["optim.epochs=1", "optim.batch_size=64", "student.history_len=4", "selection.validation_share=0.25",
-                 "selection.grid=[{}]", "selection.no_teacher_grid=[{}]"]
+                 "selection.grid=[{}]", "selection.no_teacher_grid=[{}]", "selection.calibrate=false"]
     try:
         result = distill("feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo),
                          world.teacher_uri, str(tmp_path / "students"), ctx, preset="default", overrides=overrides,
@@ -192,6 +192,8 @@ def test_the_distill_stage_validates_on_the_rows_after_the_teachers_end(world, t
     # selection.older_rows' default: the grid on every row, the teacher's days among them
     assert result.selection["student"]["rows"] == result.selection["no_teacher"]["rows"] == "all"
     assert result.selection["student"]["points"] == 1
+    feed = train.surface == list(train.surfaces).index("feed")
+    assert result.selection["student"]["refit"]["rows"] == int(feed.sum())  # refit on the whole window
     assert seen and seen[0][0] == fresh_from and seen[0][1] >= to_us(fresh_from)
     assert seen[0][1] > int(split(train, 0.25)[1].event_time_us.min())  # later than the plain newest share
     cfg = from_dict(DistillConfig, {"student": STUDENT})
@@ -369,3 +371,29 @@ def test_the_distill_stage_searches_the_grid_on_the_fresh_rows_and_records_the_r
         assert chose["points"] == 3 and chose["rows"] in ("all", "fresh")  # the grid, then the winner on every row
         assert run.data.params[f"select.{who}.rows"] == chose["rows"]
     assert [m.step for m in history] == [0, 1, 2]
+
+
+def test_older_rows_fresh_never_trains_on_the_teachers_days(world, tmp_path):
+    """``selection.older_rows: fresh``: the grid and the refit keep to the rows after the
+    teacher's end, however far back the student window reaches."""
+    from gem_app.stages.distill import distill
+    from students.protocol import to_us
+
+    train, _ = load_table(world.features["student"], from_dict(DistillConfig, {"student": STUDENT}).student)
+    fresh_from = _older_and_fresh((train, None, None))[-1]
+    ctx = RunContext(pipeline_run_id="fresh-rows-test", tracking_root=str(tmp_path))
+    overrides = ["optim.epochs=1", "optim.batch_size=64", "student.history_len=4", "selection.validation_share=0.25",
+                 "selection.grid=[{}]", "selection.no_teacher_grid=[{}]", "selection.calibrate=false",
+                 "selection.older_rows=fresh"]
+    try:
+        result = distill("feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo),
+                         world.teacher_uri, str(tmp_path / "students"), ctx, preset="default", overrides=overrides,
+                         fresh_from=fresh_from)
+    finally:
+        mlflow.set_tracking_uri("")
+    feed = train.surface == list(train.surfaces).index("feed")
+    fresh = int((feed & (train.event_time_us >= to_us(fresh_from))).sum())
+    assert 0 < fresh < int(feed.sum())
+    for who in ("student", "no_teacher"):
+        chose = result.selection[who]
+        assert chose["rows"] == "fresh" and chose["points"] == 1 and chose["refit"]["rows"] == fresh
