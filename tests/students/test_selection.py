@@ -36,6 +36,20 @@ def _cfg(**extra) -> DistillConfig:
                                      "surfaces": ["feed"], "transfer": {"kd": {"weight": 0.5}}, **extra})
 
 
+def _distill_feed(world, tmp_path, run_id: str, overrides: list[str], fresh_from: str = ""):
+    """The distill stage on the tiny world's feed surface (real MLflow, real Feast), tracked
+    under ``tmp_path``; returns its result."""
+    from gem_app.stages.distill import distill
+
+    ctx = RunContext(pipeline_run_id=run_id, tracking_root=str(tmp_path))
+    try:
+        return distill("feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo),
+                       world.teacher_uri, str(tmp_path / "students"), ctx, preset="default", overrides=overrides,
+                       fresh_from=fresh_from)
+    finally:
+        mlflow.set_tracking_uri("")
+
+
 def test_validation_is_the_newest_share_by_time(tables):
     train, _, _ = tables
     fit, valid = validation_split(train, 0.25)
@@ -165,7 +179,7 @@ def test_the_distill_stage_validates_on_the_rows_after_the_teachers_end(world, t
     the stage's validation part holds only rows from then on, and the recorded student is
     keyed on it (a run without it is another student)."""
     import students.selection as selection
-    from gem_app.stages.distill import distill, reuse_key
+    from gem_app.stages.distill import reuse_key
     from students.protocol import iso, to_us
 
     seen = []
@@ -180,15 +194,9 @@ def test_the_distill_stage_validates_on_the_rows_after_the_teachers_end(world, t
     train, _ = load_table(world.features["student"], from_dict(DistillConfig, {"student": STUDENT}).student)
     times = np.sort(train.event_time_us.numpy())
     fresh_from = iso(int(times[int(len(times) * 0.6)]))
-    ctx = RunContext(pipeline_run_id="fresh-test", tracking_root=str(tmp_path))
     overrides = ["optim.epochs=1", "optim.batch_size=64", "student.history_len=4", "selection.validation_share=0.25",
                  "selection.grid=[{}]", "selection.no_teacher_grid=[{}]", "selection.calibrate=false"]
-    try:
-        result = distill("feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo),
-                         world.teacher_uri, str(tmp_path / "students"), ctx, preset="default", overrides=overrides,
-                         fresh_from=fresh_from)
-    finally:
-        mlflow.set_tracking_uri("")
+    result = _distill_feed(world, tmp_path, "fresh-test", overrides, fresh_from)
     # selection.older_rows' default: the grid on every row, the teacher's days among them
     assert result.selection["student"]["rows"] == result.selection["no_teacher"]["rows"] == "all"
     assert result.selection["student"]["points"] == 1
@@ -376,21 +384,14 @@ def test_the_distill_stage_searches_the_grid_on_the_fresh_rows_and_records_the_r
 def test_older_rows_fresh_never_trains_on_the_teachers_days(world, tmp_path):
     """``selection.older_rows: fresh``: the grid and the refit keep to the rows after the
     teacher's end, however far back the student window reaches."""
-    from gem_app.stages.distill import distill
     from students.protocol import to_us
 
     train, _ = load_table(world.features["student"], from_dict(DistillConfig, {"student": STUDENT}).student)
     fresh_from = _older_and_fresh((train, None, None))[-1]
-    ctx = RunContext(pipeline_run_id="fresh-rows-test", tracking_root=str(tmp_path))
     overrides = ["optim.epochs=1", "optim.batch_size=64", "student.history_len=4", "selection.validation_share=0.25",
                  "selection.grid=[{}]", "selection.no_teacher_grid=[{}]", "selection.calibrate=false",
                  "selection.older_rows=fresh"]
-    try:
-        result = distill("feed", str(world.features["student"]), str(world.features["eval"]), str(world.repo),
-                         world.teacher_uri, str(tmp_path / "students"), ctx, preset="default", overrides=overrides,
-                         fresh_from=fresh_from)
-    finally:
-        mlflow.set_tracking_uri("")
+    result = _distill_feed(world, tmp_path, "fresh-rows-test", overrides, fresh_from)
     feed = train.surface == list(train.surfaces).index("feed")
     fresh = int((feed & (train.event_time_us >= to_us(fresh_from))).sum())
     assert 0 < fresh < int(feed.sum())
