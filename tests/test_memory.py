@@ -1,7 +1,9 @@
-"""Features processes keep freed memory: a large array comes from the heap, not from a
-fresh mapping the kernel faults in anew each time."""
+"""Our processes keep freed memory (the features build's workers, every process of the
+application: pipeline tasks, `python -m gem`): a large array comes from the heap, not
+from a fresh mapping the kernel faults in anew each time."""
 
 import ctypes
+import os
 import platform
 import subprocess
 import sys
@@ -39,10 +41,11 @@ def mapped_bytes_of_a_large_array(_=None) -> int:
     return during - before
 
 
-def in_a_fresh_process(code: str) -> int:
+def in_a_fresh_process(code: str, **env: str) -> int:
     """mapped_bytes_of_a_large_array() in a new interpreter, after ``code``."""
     script = f"{code}\nfrom tests.test_memory import mapped_bytes_of_a_large_array as m\nprint(m())"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-2000:]
     return int(done.stdout.split()[-1])
 
@@ -66,3 +69,15 @@ def test_the_features_pipeline_stages_set_their_task_process(tmp_path, stage_cal
     call = stage_call.format(missing=tmp_path / "no-such-dataset", out=tmp_path / "out")
     assert in_a_fresh_process("from gem_app.stages.features import features_plan, features_shard\n"
                               f"try:\n    {call}\nexcept Exception:\n    pass  # failed after the setting") == 0
+
+
+@pytest.mark.parametrize("module", ["gem_app.stages.train", "gem_app.stages.knowledge", "gem_app.stages.distill",
+                                    "gem_app.cli"])
+def test_every_process_of_the_application_keeps_freed_memory(module):
+    """The train, knowledge and distill tasks' processes (and the CLI's) import the
+    application, which sets it: a train step's 50 MB activations are reused, not faulted in."""
+    assert in_a_fresh_process(f"import {module}") == 0
+
+
+def test_the_switch_leaves_glibcs_defaults_for_an_ab_run():
+    assert in_a_fresh_process("import gem_app", GEM_KEEP_FREED_MEMORY="0") >= LARGE

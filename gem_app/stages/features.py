@@ -65,9 +65,6 @@ def features_plan(data: str, out: str, start: str, end: str, preset: str, vocab_
     """Stage the window's inputs and return the shard names to fan out over."""
     from gem.features.build import prepare_build
     from gem.features.shards import list_shards
-    from gem.utils.memory import keep_freed_memory
-
-    keep_freed_memory()  # the task's own process: 50-100 MB columns at scale
     cfg = _config(preset, vocab_from, overrides)
     dataset = DatasetHandle.open(data)  # the manifest read and the tree digested once for the whole stage
     key = _key(dataset, start, end, cfg, vocab_from)
@@ -90,9 +87,6 @@ def features_shard(out: str, shard: str) -> dict:
     from gem.features.plan import BuildPlan, ShardKey
     from gem.features.segments import FORMAT
     from gem.features.shards import build_shard, read_stats
-    from gem.utils.memory import keep_freed_memory
-
-    keep_freed_memory()
     if _finished(out):
         return {"shard": shard, "reused": True}
     plan = BuildPlan.read(Path(out))
