@@ -2,7 +2,8 @@
 
 Every FLOP the counter sees (gem/model/flops.py) is a matmul whose size is a constant
 times one of: the batch size B; a layer's token count N_l = sum of its lengths; its
-attention pairs sum L^2; or the padded B x max L of the summary's pooling. The lengths
+attention pairs sum L^2; or a padded B x max L (none of today's layers pads: its
+coefficient fits to 0, kept so that a padded layer would be priced too). The lengths
 of layer l follow from the batch's (CLS tokens prepended, the pyramid's budget applied),
 so the FLOPs are a fixed linear function of those per-batch figures (InputArch does no
 matmul on the history tokens; a model that did would fail the fit's check). ``BatchFlops`` finds

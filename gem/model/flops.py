@@ -4,9 +4,9 @@ FLOPs are counted with ``torch.utils.flop_counter`` on a batch, real tokens only
 the jagged attention op counts QK^T and PV over each sequence's own length (its
 padded CPU buckets are not counted; see ``jagged_attention_flops``), or, without the
 kernels package, the attention runs as the per-sequence reference loop. Embedding
-lookups count as 0 FLOPs (memory-bound gathers). The one padded product counted is
-the pooling queries' scores over the batch's longest history (``attention_pool``: M
-queries x D per padded position, under 0.1% of the small preset's FLOPs). Counted
+lookups count as 0 FLOPs (memory-bound gathers), as do the pooling's per-sequence
+softmax and weighted sums (``attention_pool``: only its scores, M queries x D per token,
+are a matmul). Counted
 although the loss does not use it: the surface towers of the S - 1 other surfaces
 (``SurfaceTowers`` runs all of them; 1.5% of the small preset's FLOPs, 6% of tiny's).
 """

@@ -1,5 +1,4 @@
-"""Small jagged-tensor helpers (values (N, D) + int64 offsets (B+1,)); no padding
-except in ``attention_pool``, whose queries are few."""
+"""Small jagged-tensor helpers (values (N, D) + int64 offsets (B+1,)); no padding."""
 
 from __future__ import annotations
 
@@ -67,26 +66,39 @@ def gather_recent(values_ND: torch.Tensor, offsets: torch.Tensor, num_prefix: in
     return picked * valid[..., None].to(picked.dtype)
 
 
+def _segment_softmax(scores_NM: torch.Tensor, seg_N: torch.Tensor, batch: int) -> torch.Tensor:
+    """Softmax of each column over each sequence's own tokens (N, M)."""
+    # the per-sequence maximum only keeps exp() in range: a constant per sequence, no gradient
+    peak_BM = scores_NM.new_full((batch, scores_NM.shape[1]), -torch.inf).scatter_reduce(
+        0, seg_N[:, None].expand_as(scores_NM), scores_NM.detach(), "amax")
+    e_NM = (scores_NM - peak_BM.index_select(0, seg_N)).exp()
+    denom_BM = e_NM.new_zeros(peak_BM.shape).index_add_(0, seg_N, e_NM)
+    return e_NM / denom_BM.index_select(0, seg_N)
+
+
+def _segment_sum(values_NK: torch.Tensor, seg_N: torch.Tensor, batch: int) -> torch.Tensor:
+    """(B, K) sums of each sequence's rows, accumulated in fp32 at least (0 for an empty one)."""
+    dtype = torch.promote_types(values_NK.dtype, torch.float32)
+    summed = torch.zeros(batch, values_NK.shape[1], dtype=dtype, device=values_NK.device)
+    return summed.index_add_(0, seg_N, values_NK.to(dtype)).to(values_NK.dtype)
+
+
 def attention_pool(values_ND: torch.Tensor, offsets: torch.Tensor, queries_MD: torch.Tensor) -> torch.Tensor:
-    """(B, M, D): softmax attention of M learned queries over each sequence (empty -> 0)."""
-    batch = offsets.numel() - 1
-    lengths = lengths_of(offsets)
-    max_len = max(int(lengths.max()) if batch else 0, 1)
-    dense_BLD = torch.ops.fbgemm.jagged_to_padded_dense(values_ND, [offsets], [max_len], 0.0)
-    scores_BML = torch.einsum("md,bld->bml", queries_MD.to(dense_BLD.dtype), dense_BLD) / math.sqrt(values_ND.shape[1])
-    valid_BL = torch.arange(max_len, device=offsets.device)[None, :] < lengths[:, None]
-    scores_BML = scores_BML.masked_fill(~(valid_BL | (lengths[:, None] == 0))[:, None, :], float("-inf"))
-    pooled = torch.bmm(scores_BML.softmax(-1), dense_BLD)
-    return pooled * (lengths > 0)[:, None, None].to(pooled.dtype)
+    """(B, M, D): softmax attention of M learned queries over each sequence (empty -> 0).
+    Jagged throughout: padding the batch to its longest history (2.7x the tokens on the
+    demo's late batches) made this 2.8x slower (forward + backward, docs/training-efficiency.md)."""
+    batch, (num_queries, dim) = offsets.numel() - 1, queries_MD.shape
+    seg_N = segment_ids(offsets, values_ND.shape[0])
+    scores_NM = values_ND @ queries_MD.t().to(values_ND.dtype) / math.sqrt(dim)
+    weights_NM = _segment_softmax(scores_NM, seg_N, batch)
+    weighted_NMD = weights_NM[:, :, None] * values_ND[:, None, :]
+    return _segment_sum(weighted_NMD.reshape(-1, num_queries * dim), seg_N, batch).view(batch, num_queries, dim)
 
 
 def target_pool(values_ND: torch.Tensor, offsets: torch.Tensor, queries_BD: torch.Tensor) -> torch.Tensor:
     """(B, D): softmax attention of one query per sequence over its tokens (empty -> 0)."""
-    lengths = lengths_of(offsets)
-    max_len = max(int(lengths.max()) if lengths.numel() else 0, 1)
-    dense_BLD = torch.ops.fbgemm.jagged_to_padded_dense(values_ND, [offsets], [max_len], 0.0)
-    scores_BL = torch.einsum("bd,bld->bl", queries_BD.to(dense_BLD.dtype), dense_BLD) / math.sqrt(values_ND.shape[1])
-    valid_BL = torch.arange(max_len, device=offsets.device)[None, :] < lengths[:, None]
-    scores_BL = scores_BL.masked_fill(~(valid_BL | (lengths[:, None] == 0)), float("-inf"))
-    pooled = torch.einsum("bl,bld->bd", scores_BL.softmax(-1), dense_BLD)
-    return pooled * (lengths > 0)[:, None].to(pooled.dtype)
+    batch = offsets.numel() - 1
+    seg_N = segment_ids(offsets, values_ND.shape[0])
+    queries_ND = queries_BD.to(values_ND.dtype).index_select(0, seg_N)
+    scores_N1 = (values_ND * queries_ND).sum(-1, keepdim=True) / math.sqrt(values_ND.shape[1])
+    return _segment_sum(_segment_softmax(scores_N1, seg_N, batch) * values_ND, seg_N, batch)
