@@ -12,7 +12,7 @@ In one process, on the window's batches in the trainer's order (every ``--every`
   summary pooling, Wukong, heads) on two late batches;
 - torch intra-op threads: 1 against torch's default, alternating step by step;
 - the personalized FFN's FiLM + SiLU in token blocks (kernels/film_silu.py) against the
-  reference's whole-tensor ops, alternating train steps;
+  reference's whole-tensor ops, and its C kernel against the blocks, alternating train steps;
 - bf16 autocast against fp32 (train steps over the same subsample, alternating; the
   forward alone on ``--holdout``, as knowledge generation runs it);
 - torch.compile of the dense blocks (gem/training/parallelize.py) against eager,
@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--name", default="pipeline_training")
     args = parser.parse_args(argv)
+    from gem.utils.memory import keep_freed_memory
+
+    keep_freed_memory()  # as every process of the pipeline (gem_app/__init__.py)
     import torch
 
     from gem.model import build_model
@@ -171,24 +174,30 @@ def main(argv: list[str] | None = None) -> int:
         seconds = alternate([threads_step(b) for b in ab], "one", "default")
         torch.set_num_threads(default_threads)
         figures["threads_step_time_default_over_one"] = seconds["default"] / seconds["one"]
-    # the personalized FFN's FiLM + SiLU in token blocks (kernels/film_silu.py) against the
-    # reference's whole-tensor ops: two copies of the untrained model, alternating steps
-    films = {name: trainable(copy.deepcopy(pristine)) for name in ("blocks", "reference")}
-    for module in unwrap(films["reference"][0]).modules():
-        if hasattr(module, "film_rows"):
-            module.film_rows = 0
+    # the personalized FFN's FiLM + SiLU (kernels/film_silu.py): token blocks against the
+    # reference's whole-tensor ops, then the C kernel against the blocks; two copies of
+    # the untrained model each, alternating steps
+    def film_ab(settings: dict[str, dict], key: str) -> None:
+        films = {name: trainable(copy.deepcopy(pristine)) for name in settings}
+        for name, attrs in settings.items():
+            for module in unwrap(films[name][0]).modules():
+                if hasattr(module, "film_rows"):
+                    for attr, value in attrs.items():
+                        setattr(module, attr, value)
 
-    def film_step(batch):
-        return lambda name: train_step(films[name][0], batch, films[name][1])
-    for name in films:
-        film_step(used[0])(name)
-    seconds = alternate([film_step(b) for b in used[1:]], "reference", "blocks")
-    film_flops = sum(3 * flops.forward(b) for b in used[1:])
-    figures["film_step_time_blocks_over_reference"] = seconds["blocks"] / seconds["reference"]
-    for name in films:
-        figures[f"film_{name}_examples_per_s"] = sum(b.batch_size for b in used[1:]) / seconds[name]
-        figures[f"film_{name}_mfu"] = film_flops / seconds[name] / peak
-    films.clear()  # free the two copies
+        def film_step(batch):
+            return lambda name: train_step(films[name][0], batch, films[name][1])
+        for name in films:
+            film_step(used[0])(name)
+        first, second = settings
+        seconds = alternate([film_step(b) for b in used[1:]], first, second)
+        film_flops = sum(3 * flops.forward(b) for b in used[1:])
+        figures[f"{key}_step_time_{second}_over_{first}"] = seconds[second] / seconds[first]
+        for name in films:
+            figures[f"{key}_{name}_examples_per_s"] = sum(b.batch_size for b in used[1:]) / seconds[name]
+            figures[f"{key}_{name}_mfu"] = film_flops / seconds[name] / peak
+    film_ab({"reference": {"film_rows": 0}, "blocks": {"film_native": False}}, "film")
+    film_ab({"blocks": {"film_native": False}, "native": {}}, "film_c")
     # precision: two copies of the untrained model, one step each per batch, alternating
     # (the same subsample of the run as above), and the forward alone on the holdout
     figures["bf16_matmul_gain"] = bf16_matmul_gain()

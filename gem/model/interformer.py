@@ -34,6 +34,7 @@ class PersonalizedFFN(nn.Module):
     def __init__(self, dim: int, hidden: int, dropout: float) -> None:
         super().__init__()
         self.film_rows = FILM_ROWS  # tokens per block of film_silu; 0: the reference (one pass per op)
+        self.film_native = True  # film_silu's C kernel where it runs (False: the blocks; A/B runs)
         self.up = nn.Linear(dim, hidden)
         self.film = nn.Linear(dim, 2 * hidden)
         self.down = nn.Linear(hidden, dim)
@@ -42,9 +43,10 @@ class PersonalizedFFN(nn.Module):
         nn.init.zeros_(self.film.bias)
 
     def forward(self, x_ND: torch.Tensor, ctx_BD: torch.Tensor, seg_N: torch.Tensor) -> torch.Tensor:
-        # silu(up * (1 + scale) + shift), the (B, 2H) FiLM rows gathered per token block by
-        # block (kernels/film_silu.py: the (N, H) intermediates stay in cache)
-        return self.down(self.drop(film_silu(self.up(x_ND), self.film(ctx_BD), seg_N, rows=self.film_rows)))
+        # silu(up * (1 + scale) + shift) in one pass each way (kernels/film_silu.py: its C
+        # kernel, else token blocks whose (N, H) intermediates stay in cache)
+        act = film_silu(self.up(x_ND), self.film(ctx_BD), seg_N, rows=self.film_rows, native=self.film_native)
+        return self.down(self.drop(act))
 
 
 class SequenceBlock(nn.Module):

@@ -52,40 +52,47 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def _build(compiler: str) -> Path:
+def _build(compiler: str, source: Path = SOURCE) -> Path:
     """The library for this source, flags and compiler: built unless already cached."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    digest = hashlib.sha256("\0".join([SOURCE.read_text(), *FLAGS, version]).encode()).hexdigest()[:20]
-    target = cache_dir() / digest / "libjagged_softmax_attention.so"
+    digest = hashlib.sha256("\0".join([source.read_text(), *FLAGS, version]).encode()).hexdigest()[:20]
+    target = cache_dir() / digest / f"lib{source.stem}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
-        result = subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE), "-lm"],
+        result = subprocess.run([compiler, *FLAGS, "-o", str(built), str(source), "-lm"],
                                 capture_output=True, text=True)
         if result.returncode != 0:
-            raise RuntimeError(f"{compiler} failed on {SOURCE.name}: {result.stderr.strip()[-500:]}")
+            raise RuntimeError(f"{compiler} failed on {source.name}: {result.stderr.strip()[-500:]}")
         os.replace(built, target)  # atomic: concurrent builders leave one whole file
     return target
 
 
-@functools.lru_cache(maxsize=1)
-def _load() -> tuple[ctypes.CDLL | None, str]:
-    if os.environ.get(ENV_SWITCH, "1") == "0":
-        return None, f"${ENV_SWITCH}=0"
+def native_library(source: Path, switch_env: str, what: str, fallback: str) -> tuple[ctypes.CDLL | None, str]:
+    """``source`` built and loaded, or None and the reason: ``$switch_env`` = 0, a CPU
+    without AVX2/FMA, no compiler, or a failed build (warned once, naming ``what`` and the
+    ``fallback`` that runs instead)."""
+    if os.environ.get(switch_env, "1") == "0":
+        return None, f"${switch_env}=0"
     if platform.machine() not in ("x86_64", "AMD64") or not {"avx2", "fma"} <= _cpu_flags():
         return None, "the CPU lacks AVX2/FMA"
     compiler = _compiler()
     if compiler is None:
         return None, "no C compiler"
     try:
-        lib = ctypes.CDLL(str(_build(compiler)))
+        return ctypes.CDLL(str(_build(compiler, source))), ""
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
-        # A machine that should run the kernel but can't build or load it says so once;
-        # the op still runs (on torch's flash kernels).
-        reason = f"the AVX2 attention kernel is unavailable ({error}); using torch's flash kernels"
+        reason = f"the AVX2 {what} kernel is unavailable ({error}); using {fallback}"
         warnings.warn(reason, RuntimeWarning, stacklevel=2)
+        return None, reason
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    lib, reason = native_library(SOURCE, ENV_SWITCH, "attention", "torch's flash kernels")
+    if lib is None:
         return None, reason
     common = [_I64, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int]
     lib.jagged_softmax_forward.argtypes = [_PTR] * 7 + common
