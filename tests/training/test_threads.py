@@ -30,6 +30,18 @@ def test_tuner_picks_the_faster_count_and_follows_a_change_of_load():
         torch.set_num_threads(saved)
 
 
+def test_a_difference_within_the_noise_keeps_the_current_choice():
+    saved = torch.get_num_threads()
+    try:
+        tuner = ThreadTuner(choices=(2, 1), trial_steps=2, recheck_every=10)
+        used = run_steps(tuner, 30, {2: 1.02, 1: 1.0})  # 1 thread 2% faster: torch's default holds
+        assert tuner.best == 2 and used[5:].count(1) <= 2
+        run_steps(tuner, 40, {2: 1.2, 1: 1.0})  # 20% faster: taken
+        assert tuner.best == 1
+    finally:
+        torch.set_num_threads(saved)
+
+
 def test_training_tunes_threads_for_its_steps_and_restores_them(tmp_path):
     from gem.training.config import load_train_config
     from gem.training.trainer import train
