@@ -14,30 +14,14 @@
 #include <pthread.h>
 #include <stdint.h>
 
-/* exp on 8 lanes (the same construction as jagged_softmax_attention.c's): x = n ln 2 + r,
-   exp(r) by its degree-6 Taylor polynomial (relative error < 2e-7), 2^n in the exponent
-   bits; x clamped to [-87.3, 88]. */
-static inline __m256 exp8(__m256 x) {
-    const __m256 magic = _mm256_set1_ps(12582912.0f + 127.0f);
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.0f));
-    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
-    const __m256 n = _mm256_sub_ps(t, magic);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i bits = _mm256_slli_epi32(_mm256_castps_si256(t), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-}
+#include "exp8.h"
 
+
+/* 1 / (1 + exp(-x)); exp8 takes arguments up to 88, and 1 / (1 + e^88) is 0 in float anyway */
 static inline __m256 sigmoid8(__m256 x) {
     const __m256 one = _mm256_set1_ps(1.0f);
-    return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+    const __m256 neg = _mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), x), _mm256_set1_ps(88.0f));
+    return _mm256_div_ps(one, _mm256_add_ps(one, exp8(neg)));
 }
 
 typedef struct {

@@ -55,7 +55,8 @@ def cache_dir() -> Path:
 def _build(compiler: str, source: Path = SOURCE) -> Path:
     """The library for this source, flags and compiler: built unless already cached."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    digest = hashlib.sha256("\0".join([source.read_text(), *FLAGS, version]).encode()).hexdigest()[:20]
+    headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the sources include
+    digest = hashlib.sha256("\0".join([source.read_text(), *headers, *FLAGS, version]).encode()).hexdigest()[:20]
     target = cache_dir() / digest / f"lib{source.stem}.so"
     if target.exists():
         return target

@@ -189,6 +189,8 @@ def test_library_is_cached_under_the_digest_of_its_inputs(tmp_path):
     changed = tmp_path / "src" / "jagged_softmax_attention.c"
     changed.parent.mkdir()
     changed.write_text(native.SOURCE.read_text() + "\n/* changed */\n")
+    for header in native.SOURCE.parent.glob("*.h"):  # what the source includes
+        (changed.parent / header.name).write_text(header.read_text())
     code_changed = code.replace("assert", f"n.SOURCE = pathlib.Path({str(changed)!r}); assert", 1)
     third = _python(code_changed, GEM_KERNEL_CACHE=str(tmp_path))
     assert third.returncode == 0, third.stderr
