@@ -45,11 +45,14 @@ def film_silu_reference(up_NH: torch.Tensor, film_B2H: torch.Tensor, seg_N: torc
 
 
 def film_silu(up_NH: torch.Tensor, film_B2H: torch.Tensor, seg_N: torch.Tensor, rows: int = ROWS,
-              native: bool = True) -> torch.Tensor:
-    """``rows`` <= 0: the reference; ``native``: the C kernel where it runs, else the blocks."""
+              native: bool = True, offsets: torch.Tensor | None = None) -> torch.Tensor:
+    """``rows`` <= 0: the reference; ``native``: the C kernel where it runs, else the blocks.
+    ``offsets``: the examples' token offsets (B + 1) that ``seg_N`` was made from, when the
+    caller has them (a jagged layout: tokens in example order); else the C kernel's path
+    derives them from ``seg_N``, checking its order."""
     if up_NH.shape[0] == 0 or rows <= 0:
         return film_silu_reference(up_NH, film_B2H, seg_N)
-    if native and (offsets := _native_offsets(up_NH, film_B2H, seg_N)) is not None:
+    if native and (offsets := _native_offsets(up_NH, film_B2H, seg_N, offsets)) is not None:
         return _FilmSiluNative.apply(up_NH.contiguous(), film_B2H.contiguous(), offsets)
     if up_NH.shape[0] <= rows:
         return film_silu_reference(up_NH, film_B2H, seg_N)  # one block: nothing to keep in cache
@@ -69,11 +72,14 @@ def native_library() -> ctypes.CDLL | None:
     return lib
 
 
-def _native_offsets(up: torch.Tensor, film: torch.Tensor, seg: torch.Tensor) -> torch.Tensor | None:
+def _native_offsets(up: torch.Tensor, film: torch.Tensor, seg: torch.Tensor,
+                    offsets: torch.Tensor | None) -> torch.Tensor | None:
     """The examples' token offsets (B + 1) when the C kernel can take these inputs, else None."""
     if not (up.device.type == "cpu" and up.dtype == film.dtype == torch.float32 and up.shape[1] % 8 == 0
             and not torch.is_autocast_enabled("cpu") and native_library() is not None):
         return None
+    if offsets is not None:
+        return offsets.to(torch.int64).contiguous()
     if seg.numel() > 1 and not bool((seg[1:] >= seg[:-1]).all()):
         return None  # tokens not in example order
     counts = torch.bincount(seg, minlength=film.shape[0])

@@ -42,10 +42,12 @@ class PersonalizedFFN(nn.Module):
         nn.init.zeros_(self.film.weight)
         nn.init.zeros_(self.film.bias)
 
-    def forward(self, x_ND: torch.Tensor, ctx_BD: torch.Tensor, seg_N: torch.Tensor) -> torch.Tensor:
+    def forward(self, x_ND: torch.Tensor, ctx_BD: torch.Tensor, seg_N: torch.Tensor,
+                offsets: torch.Tensor | None = None) -> torch.Tensor:
         # silu(up * (1 + scale) + shift) in one pass each way (kernels/film_silu.py: its C
         # kernel, else token blocks whose (N, H) intermediates stay in cache)
-        act = film_silu(self.up(x_ND), self.film(ctx_BD), seg_N, rows=self.film_rows, native=self.film_native)
+        act = film_silu(self.up(x_ND), self.film(ctx_BD), seg_N, rows=self.film_rows, native=self.film_native,
+                        offsets=offsets)
         return self.down(self.drop(act))
 
 
@@ -62,7 +64,7 @@ class SequenceBlock(nn.Module):
 
     def forward(self, seq_ND, offsets, ctx_BD, max_seq_len: int) -> torch.Tensor:
         seg_N = segment_ids(offsets, seq_ND.shape[0])
-        seq_ND = seq_ND + self.ffn(self.ffn_norm(seq_ND), ctx_BD, seg_N)
+        seq_ND = seq_ND + self.ffn(self.ffn_norm(seq_ND), ctx_BD, seg_N, offsets)
         return seq_ND + self.attn(self.attn_norm(seq_ND), offsets, max_seq_len)
 
 

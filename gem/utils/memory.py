@@ -13,7 +13,8 @@ Training is the same story at every step: the sequence block's activations and g
 are (tokens x 256) floats, 50 MB for a late demo batch of 512 users (48k history tokens),
 allocated and freed dozens of times a step. With glibc's defaults 6 late demo train steps
 made 1.2M page faults and spent 3.6 s of 8.3 s in the kernel; with the blocks kept, 3
-faults and 0.70x the time (benchmarks/results/training_heap.json).
+faults and 0.70x the time. Over every 4th step of the window, 0.73x
+(benchmarks/results/training_heap.json).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def _build(compiler: str, source: Path = SOURCE) -> Path:
+def _build(compiler: str, source: Path) -> Path:
     """The library for this source, flags and compiler: built unless already cached."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
     headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the sources include
