@@ -15,7 +15,8 @@ import math
 
 import torch
 
-import kernels.attention_op  # noqa: F401  (registers torch.ops.gem_kernels.*)
+import kernels.avx2.function as native_function
+from kernels.attention_op import _check_offsets  # importing it registers torch.ops.gem_kernels.*
 from kernels.attention_spec import ACTIVATIONS, FORMS, TRITON_ACTIVATIONS
 from kernels.common import Backend, select_backend
 
@@ -145,9 +146,16 @@ def jagged_attention(
         num_targets = num_targets.to(torch.int64)
     if dropout_p > 0 and dropout_seed is None:
         dropout_seed = int(torch.randint(0, 2**31 - 1, (1,)))
+    scale = float(1.0 / math.sqrt(q.shape[2]) if scale is None else scale)
+    plain = (form == "softmax" and not causal and attn_bias is None and num_targets is None
+             and max_attn_len == 0 and contextual_len == 0 and dropout_p == 0)
+    if chosen is Backend.BUCKETED and q.device.type == "cpu" and native_function.takes_whole_call(
+            q, v, offsets, max_seq_len, plain):
+        _check_offsets(offsets, q.shape[0])
+        return native_function.NativeSoftmaxAttention.apply(
+            q.contiguous(), k.contiguous(), v.contiguous(), offsets.contiguous(), scale)
     out, _ = torch.ops.gem_kernels.jagged_attention_fwd(
         q.contiguous(), k.contiguous(), v.contiguous(), offsets.contiguous(), max_seq_len, form,
         causal, None if attn_bias is None else attn_bias.contiguous(), num_targets, activation,
-        chosen.value, float(1.0 / math.sqrt(q.shape[2]) if scale is None else scale),
-        max_attn_len, contextual_len, float(dropout_p), int(dropout_seed or 0))
+        chosen.value, scale, max_attn_len, contextual_len, float(dropout_p), int(dropout_seed or 0))
     return out

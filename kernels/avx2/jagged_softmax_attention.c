@@ -9,7 +9,9 @@
    12 accumulators); score products apply the softmax in their tiles' epilogue
    (gemm_scores). Each item reads only its own tokens' rows, so nothing crosses
    sequences. Layouts: q, k (T, H, D), v, out (T, H, Dv), lse (T, H), all contiguous
-   float32; D and Dv multiples of 16. Python side and the design notes: loader.py,
+   float32; D and Dv multiples of 8. Inside, rows are packed zero-padded to a multiple of
+   16 columns (dims_p), the GEMMs' panel width: zero columns add nothing to a score and
+   give zero output columns, which are not stored. Python side and the design notes: loader.py,
    kernels/README.md. */
 
 #include <immintrin.h>
@@ -36,6 +38,7 @@ typedef struct {
     const float *q, *k, *v, *out, *grad_out, *lse_in;
     float *out_w, *lse_w, *dq, *dk, *dv;
     int64_t heads, dim, vdim;
+    int64_t dim_p, vdim_p; /* dim and vdim rounded up to NR */
     float scale;
     Item *items;
     int64_t num_items, max_length;
@@ -237,15 +240,19 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
    spread over every L1 set (a power-of-two stride maps them all to a few sets). */
 static int64_t padded_stride(int64_t width) { return width % 32 == 0 ? width + 16 : width; }
 
-/* dst (n rows, padded_stride(d) apart) = n rows of d floats, ld apart. */
-static void pack_rows(const float *src, int64_t ld, int64_t n, int64_t d, float *dst) {
-    const int64_t ldd = padded_stride(d);
-    for (int64_t j = 0; j < n; ++j) memcpy(dst + j * ldd, src + j * ld, (size_t)d * sizeof(float));
+/* dst (n rows of dp floats, padded_stride(dp) apart) = n rows of d floats, ld apart,
+   then dp - d zeros. */
+static void pack_rows(const float *src, int64_t ld, int64_t n, int64_t d, int64_t dp, float *dst) {
+    const int64_t ldd = padded_stride(dp);
+    for (int64_t j = 0; j < n; ++j) {
+        memcpy(dst + j * ldd, src + j * ld, (size_t)d * sizeof(float));
+        if (dp > d) memset(dst + j * ldd + d, 0, (size_t)(dp - d) * sizeof(float));
+    }
 }
 
-/* dst (d x ldt) = src^T for src (n x d, packed by pack_rows); columns n .. ldt-1 zero. */
-static void pack_transposed(const float *src, int64_t n, int64_t d, int64_t ldt, float *dst) {
-    const int64_t lds = padded_stride(d);
+/* dst (d x ldt) = the first d columns of src^T for src (n rows, lds apart); columns
+   n .. ldt-1 zero. */
+static void pack_transposed(const float *src, int64_t lds, int64_t n, int64_t d, int64_t ldt, float *dst) {
     for (int64_t c = 0; c < d; ++c) {
         float *row = dst + c * ldt;
         for (int64_t j = 0; j < n; ++j) row[j] = src[j * lds + c];
@@ -269,10 +276,10 @@ static float *alloc_floats(int64_t n) {
 
 static int workspace_alloc(Workspace *w, const Problem *pb) {
     const int64_t lp = round_up(pb->max_length, NR), ld = padded_stride(lp), rows = row_block(lp);
-    const int64_t dmax = pb->dim > pb->vdim ? pb->dim : pb->vdim;
-    w->qc = alloc_floats(pb->max_length * padded_stride(pb->dim));
-    w->kc = alloc_floats(pb->max_length * padded_stride(pb->dim));
-    w->vc = alloc_floats(pb->max_length * padded_stride(pb->vdim));
+    const int64_t dmax = pb->dim_p > pb->vdim_p ? pb->dim_p : pb->vdim_p;
+    w->qc = alloc_floats(pb->max_length * padded_stride(pb->dim_p));
+    w->kc = alloc_floats(pb->max_length * padded_stride(pb->dim_p));
+    w->vc = alloc_floats(pb->max_length * padded_stride(pb->vdim_p));
     w->kt = alloc_floats(pb->dim * ld);
     w->vt = alloc_floats(pb->vdim * ld);
     /* row_block keeps rows * lp <= ROW_BLOCK_FLOATS, or rows == ROW_BLOCK_MIN on the
@@ -282,8 +289,8 @@ static int workspace_alloc(Workspace *w, const Problem *pb) {
     w->s = alloc_floats(block);
     w->dp = alloc_floats(block);
     w->di = alloc_floats(lp);
-    w->dkc = alloc_floats(pb->max_length * padded_stride(pb->dim));
-    w->dvc = alloc_floats(pb->max_length * padded_stride(pb->vdim));
+    w->dkc = alloc_floats(pb->max_length * padded_stride(pb->dim_p));
+    w->dvc = alloc_floats(pb->max_length * padded_stride(pb->vdim_p));
     w->row_max = alloc_floats(ROW_BLOCK_MAX * 8);
     w->oc = alloc_floats(ROW_BLOCK_MAX * padded_stride(dmax));
     return w->qc && w->kc && w->vc && w->kt && w->vt && w->s && w->dp && w->di && w->dkc && w->dvc && w->row_max && w->oc;
@@ -294,12 +301,11 @@ static void workspace_free(Workspace *w) {
     free(w->di); free(w->dkc); free(w->dvc); free(w->row_max); free(w->oc);
 }
 
-/* n rows of d floats from src (padded_stride(d) apart) to dst (ld apart), each times
-   scale[j] if scale is given. Results are not read again here, so where alignment allows
-   they bypass the caches (no read-for-ownership of the output's lines). */
-static void store_rows(const float *src, int64_t n, int64_t d, float *dst, int64_t ld,
+/* n rows of d floats (d a multiple of 8) from src (lds apart) to dst (ld apart), each
+   times scale[j] if scale is given. Results are not read again here, so where alignment
+   allows they bypass the caches (no read-for-ownership of the output's lines). */
+static void store_rows(const float *src, int64_t lds, int64_t n, int64_t d, float *dst, int64_t ld,
                        const float *scale) {
-    const int64_t lds = padded_stride(d);
     const int stream = ((uintptr_t)dst % 32 == 0) && (ld % 8 == 0);
     for (int64_t j = 0; j < n; ++j) {
         const __m256 f = _mm256_set1_ps(scale ? scale[j] : 1.0f);
@@ -343,39 +349,39 @@ static void softmax_rows(float *s, int64_t rows, int64_t n, int64_t ld, const fl
 static void forward_item(const Problem *pb, const Item *it, Workspace *w, Prefetcher *pf) {
     const int64_t h = it->head, n = it->length, d = pb->dim, dv = pb->vdim, lp = round_up(n, NR);
     const int64_t ld = padded_stride(lp), ldq = pb->heads * d, ldv = pb->heads * dv, rows = row_block(lp);
-    const int64_t pd = padded_stride(d), pv = padded_stride(dv);
+    const int64_t dp = pb->dim_p, dvp = pb->vdim_p, pd = padded_stride(dp), pv = padded_stride(dvp);
     const int64_t first = it->start;
     float *out = pb->out_w + first * ldv + h * dv, *lse = pb->lse_w + first * pb->heads + h;
-    pack_rows(pb->q + first * ldq + h * d, ldq, n, d, w->qc);
-    pack_rows(pb->k + first * ldq + h * d, ldq, n, d, w->kc);
-    pack_rows(pb->v + first * ldv + h * dv, ldv, n, dv, w->vc);
-    pack_transposed(w->kc, n, d, ld, w->kt);
+    pack_rows(pb->q + first * ldq + h * d, ldq, n, d, dp, w->qc);
+    pack_rows(pb->k + first * ldq + h * d, ldq, n, d, dp, w->kc);
+    pack_rows(pb->v + first * ldv + h * dv, ldv, n, dv, dvp, w->vc);
+    pack_transposed(w->kc, pd, n, d, ld, w->kt);
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
         const int64_t rb = n - r0 < rows ? n - r0 : rows;
         for (int64_t i = 0; i < rb * 8; ++i) w->row_max[i] = -INFINITY;
         const Epilogue e = {.mode = SCALED_ROW_MAX, .scale = pb->scale, .valid = n, .row_max = w->row_max, .pf = pf};
         gemm_scores(rb, lp, d, w->qc + r0 * pd, pd, w->kt, ld, w->s, ld, &e);
         softmax_rows(w->s, rb, n, ld, w->row_max, w->di, lse + r0 * pb->heads, pb->heads);
-        gemm(rb, dv, n, w->s, ld, 1, w->vc, pv, w->oc, pv, 0);
-        store_rows(w->oc, rb, dv, out + r0 * ldv, ldv, w->di); /* normalized here, not P */
+        gemm(rb, dvp, n, w->s, ld, 1, w->vc, pv, w->oc, pv, 0);
+        store_rows(w->oc, pv, rb, dv, out + r0 * ldv, ldv, w->di); /* normalized here, not P */
     }
 }
 
 static void backward_item(const Problem *pb, const Item *it, Workspace *w, Prefetcher *pf) {
     const int64_t h = it->head, n = it->length, d = pb->dim, dv = pb->vdim, lp = round_up(n, NR);
     const int64_t ld = padded_stride(lp), ldq = pb->heads * d, ldv = pb->heads * dv, rows = row_block(lp);
-    const int64_t pd = padded_stride(d), pv = padded_stride(dv);
+    const int64_t dp = pb->dim_p, dvp = pb->vdim_p, pd = padded_stride(dp), pv = padded_stride(dvp);
     const int64_t first = it->start;
     const float *o = pb->out + first * ldv + h * dv, *lse = pb->lse_in + first * pb->heads + h;
     float *dq = pb->dq + first * ldq + h * d, *dk = pb->dk + first * ldq + h * d;
-    float *dvp = pb->dv + first * ldv + h * dv;
+    float *dv_out = pb->dv + first * ldv + h * dv;
     float *go = w->vc; /* dO packed; V only needs its transpose */
-    pack_rows(pb->v + first * ldv + h * dv, ldv, n, dv, go);
-    pack_transposed(go, n, dv, ld, w->vt);
-    pack_rows(pb->grad_out + first * ldv + h * dv, ldv, n, dv, go);
-    pack_rows(pb->k + first * ldq + h * d, ldq, n, d, w->kc);
-    pack_transposed(w->kc, n, d, ld, w->kt);
-    pack_rows(pb->q + first * ldq + h * d, ldq, n, d, w->qc);
+    pack_rows(pb->v + first * ldv + h * dv, ldv, n, dv, dvp, go);
+    pack_transposed(go, pv, n, dv, ld, w->vt);
+    pack_rows(pb->grad_out + first * ldv + h * dv, ldv, n, dv, dvp, go);
+    pack_rows(pb->k + first * ldq + h * d, ldq, n, d, dp, w->kc);
+    pack_transposed(w->kc, pd, n, d, ld, w->kt);
+    pack_rows(pb->q + first * ldq + h * d, ldq, n, d, dp, w->qc);
     for (int64_t i = 0; i < n; ++i) { /* D_i = dO_i . O_i */
         __m256 acc = _mm256_setzero_ps();
         for (int64_t c = 0; c < dv; c += 8)
@@ -390,13 +396,13 @@ static void backward_item(const Problem *pb, const Item *it, Workspace *w, Prefe
         const Epilogue grad = {.mode = SOFTMAX_GRAD, .scale = pb->scale, .valid = n,
                                .row = w->di + r0, .row_stride = 1, .p = w->s, .pf = pf};
         gemm_scores(rb, lp, dv, go + r0 * pv, pv, w->vt, ld, w->dp, ld, &grad);
-        gemm(n, dv, rb, w->s, 1, ld, go + r0 * pv, pv, w->dvc, pv, r0 > 0);     /* dV += P^T dO */
-        gemm(rb, d, n, w->dp, ld, 1, w->kc, pd, w->oc, pd, 0);                  /* dQ = dS K */
-        store_rows(w->oc, rb, d, dq + r0 * ldq, ldq, NULL);
-        gemm(n, d, rb, w->dp, 1, ld, w->qc + r0 * pd, pd, w->dkc, pd, r0 > 0);  /* dK += dS^T Q */
+        gemm(n, dvp, rb, w->s, 1, ld, go + r0 * pv, pv, w->dvc, pv, r0 > 0);     /* dV += P^T dO */
+        gemm(rb, dp, n, w->dp, ld, 1, w->kc, pd, w->oc, pd, 0);                   /* dQ = dS K */
+        store_rows(w->oc, pd, rb, d, dq + r0 * ldq, ldq, NULL);
+        gemm(n, dp, rb, w->dp, 1, ld, w->qc + r0 * pd, pd, w->dkc, pd, r0 > 0);   /* dK += dS^T Q */
     }
-    store_rows(w->dkc, n, d, dk, ldq, NULL);
-    store_rows(w->dvc, n, dv, dvp, ldv, NULL);
+    store_rows(w->dkc, pd, n, d, dk, ldq, NULL);
+    store_rows(w->dvc, pv, n, dv, dv_out, ldv, NULL);
 }
 
 static void prefetch_tensor(Prefetcher *pf, const float *x, int64_t width, const Item *it,
@@ -495,7 +501,8 @@ int jagged_softmax_forward(const float *q, const float *k, const float *v, float
                            const int64_t *starts, const int64_t *lengths, int64_t num_seqs,
                            int64_t heads, int64_t dim, int64_t vdim, float scale, int threads) {
     Problem pb = {.q = q, .k = k, .v = v, .out_w = out, .lse_w = lse,
-                  .heads = heads, .dim = dim, .vdim = vdim, .scale = scale};
+                  .heads = heads, .dim = dim, .vdim = vdim, .dim_p = round_up(dim, NR),
+                  .vdim_p = round_up(vdim, NR), .scale = scale};
     return run(&pb, starts, lengths, num_seqs, threads);
 }
 
@@ -505,6 +512,6 @@ int jagged_softmax_backward(const float *grad_out, const float *q, const float *
                             int64_t heads, int64_t dim, int64_t vdim, float scale, int threads) {
     Problem pb = {.q = q, .k = k, .v = v, .out = out, .grad_out = grad_out, .lse_in = lse,
                   .dq = dq, .dk = dk, .dv = dv, .heads = heads, .dim = dim, .vdim = vdim,
-                  .scale = scale};
+                  .dim_p = round_up(dim, NR), .vdim_p = round_up(vdim, NR), .scale = scale};
     return run(&pb, starts, lengths, num_seqs, threads);
 }

@@ -111,9 +111,37 @@ def unavailable_reason() -> str:
 
 
 def supports(q: Tensor) -> bool:
-    """Whether the kernel can take q's attention (CPU, head dim a multiple of 16; the
-    fused path that asks has Dv == D) on this machine."""
-    return q.device.type == "cpu" and q.shape[2] % 16 == 0 and library() is not None
+    """Whether the kernel can take q's attention (CPU; the fused path that asks has
+    Dv == D) on this machine. Head dims that are not multiples of 8 run zero-padded."""
+    return q.device.type == "cpu" and library() is not None
+
+
+_LANES = 8  # the kernel's head dims are multiples of this (it pads to 16 inside)
+
+
+def _width(x: Tensor) -> int:
+    return -(-x.shape[2] // _LANES) * _LANES
+
+
+def _padded(x: Tensor) -> Tensor:
+    """(T, H, D) -> (T, H, D rounded up to 8), zeros after column D: zero columns add
+    nothing to q.k, and a zero column of v or dO yields a zero column of out, dq, dk, dv."""
+    if _width(x) == x.shape[2]:
+        return x
+    return torch.nn.functional.pad(x, (0, _width(x) - x.shape[2]))
+
+
+def _wide_output(x: Tensor) -> Tensor:
+    """The kernel's output buffer for x: x itself, or a zeroed padded one (rows outside
+    the spans, which x may hold zeroed, come back as zeros; later writers overwrite the rest)."""
+    if _width(x) == x.shape[2]:
+        return x
+    return x.new_zeros(x.shape[0], x.shape[1], _width(x))
+
+
+def _write_back(narrow: Tensor, wide: Tensor) -> None:
+    if wide is not narrow:
+        narrow.copy_(wide[:, :, :narrow.shape[2]])
 
 
 def _ptr(x: Tensor) -> int:
@@ -162,12 +190,15 @@ def forward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, starts: T
             lengths: Tensor, scale: float) -> None:
     """Writes out (T, H, Dv) and lse (T, H) rows of the spans [starts, starts + lengths)."""
     starts, lengths = _spans(starts, lengths)
-    _advise_huge_pages(out)
+    q, k, v = _padded(q), _padded(k), _padded(v)
+    wide_out = _wide_output(out)
+    _advise_huge_pages(wide_out)
     status = library().jagged_softmax_forward(
-        _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(lse), _ptr(starts), _ptr(lengths),
+        _ptr(q), _ptr(k), _ptr(v), _ptr(wide_out), _ptr(lse), _ptr(starts), _ptr(lengths),
         starts.numel(), q.shape[1], q.shape[2], v.shape[2], scale, torch.get_num_threads())
     if status != 0:
         raise MemoryError("jagged_softmax_forward: could not allocate its workspace")
+    _write_back(out, wide_out)
 
 
 def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
@@ -175,10 +206,14 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse
              scale: float) -> None:
     """Writes dq, dk, dv rows of the spans from the forward's out and lse."""
     starts, lengths = _spans(starts, lengths)
-    _advise_huge_pages(dq, dk, dv)
+    grad_out, q, k, v, out = (_padded(x) for x in (grad_out, q, k, v, out))
+    grads = [_wide_output(g) for g in (dq, dk, dv)]
+    _advise_huge_pages(*grads)
     status = library().jagged_softmax_backward(
-        _ptr(grad_out), _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(lse), _ptr(dq), _ptr(dk),
-        _ptr(dv), _ptr(starts), _ptr(lengths), starts.numel(), q.shape[1], q.shape[2],
-        v.shape[2], scale, torch.get_num_threads())
+        _ptr(grad_out), _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(lse), *map(_ptr, grads),
+        _ptr(starts), _ptr(lengths), starts.numel(), q.shape[1], q.shape[2], v.shape[2],
+        scale, torch.get_num_threads())
     if status != 0:
         raise MemoryError("jagged_softmax_backward: could not allocate its workspace")
+    for narrow, wide in zip((dq, dk, dv), grads):
+        _write_back(narrow, wide)

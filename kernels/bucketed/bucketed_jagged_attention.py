@@ -51,7 +51,7 @@ _FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_bac
 
 def _native_applies(spec: Spec, q: Tensor, with_targets: bool) -> bool:
     """Whether the AVX2 kernel (kernels/avx2) takes a fused call's short sequences:
-    non-causal, no targets, window or contextual tokens, head dims multiples of 16."""
+    non-causal, no targets, window or contextual tokens."""
     return (NATIVE and not spec.causal and not with_targets and spec.plain_mask
             and native.supports(q))
 

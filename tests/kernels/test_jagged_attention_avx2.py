@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 from jagged_attention_cases import assert_close_to_reference, make_case, reference, relative_error, run_backend
+from torch.utils._python_dispatch import TorchDispatchMode
 
+import kernels.avx2.function as native_function
 import kernels.avx2.loader as native
 import kernels.bucketed.bucketed_jagged_attention as bucketed_module
+from kernels.attention import jagged_attention
 from kernels.attention_spec import Spec
 
 FP32_TOLERANCE = 2e-5
@@ -38,14 +41,65 @@ def _native_share(case) -> tuple[list[int], int]:
     return taken, len(problem.chunks)
 
 
-@pytest.mark.parametrize("dim", [16, 32, 64, 128])
-def test_op_matches_reference(generator, dim):
+@pytest.fixture(params=["function", "op"])
+def path(request, monkeypatch):
+    """Whole calls the kernel takes run as an autograd Function in eager mode ("function");
+    "op" switches that off, as torch.compile and FLOP counting do, to test the op's route."""
+    if request.param == "op":
+        monkeypatch.setattr(native_function, "takes_whole_call", lambda *args: False)
+    return request.param
+
+
+@pytest.mark.parametrize("dim", [16, 32, 64, 128, 8, 12, 24, 40])
+def test_op_matches_reference(generator, dim, path):
     """Lengths around every tile edge (6 rows, 8 and 16 columns), empty and 1-token
-    sequences, through the public op (forward and backward)."""
+    sequences, through the public op (forward and backward). Head dims that are multiples
+    of 8 are padded to 16 inside the kernel, others to 8 before it."""
     lengths = [0, 1, 2, 5, 6, 7, 13, 16, 17, 0, 40, 97]
     case = make_case(generator, lengths, heads=3, dim=dim)
     assert _native_share(case) == ([n for n in lengths if n > 0], 0)
     assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
+
+
+def _grad_fn_name(case) -> str:
+    leaves = case.leaves(torch.float32)
+    out = jagged_attention(*leaves[:3], case.offsets, backend="bucketed", **case.options)
+    return type(out.grad_fn).__name__
+
+
+def test_whole_calls_skip_the_op_layer_with_the_same_result(generator, monkeypatch):
+    case = make_case(generator, [3, 0, 17, 40], heads=2, dim=16)
+    assert "NativeSoftmaxAttention" in _grad_fn_name(case)
+    grad_out = torch.randn(case.q.shape[0], 2, 16, generator=generator)
+    fast = run_backend(case, "bucketed", grad_out)
+    monkeypatch.setattr(native_function, "takes_whole_call", lambda *args: False)
+    assert "NativeSoftmaxAttention" not in _grad_fn_name(case)
+    through_op = run_backend(case, "bucketed", grad_out)
+    assert torch.equal(fast[0], through_op[0])  # the same kernel, bit for bit
+    assert all(torch.equal(a, b) for a, b in zip(fast[1], through_op[1]))
+
+
+def test_calls_the_kernel_does_not_take_whole_go_through_the_op(generator, monkeypatch):
+    truncated = make_case(generator, [3, 30], heads=2, dim=16, max_seq_len=10)
+    causal = make_case(generator, [3, 30], heads=2, dim=16, causal=True)
+    monkeypatch.setattr(bucketed_module, "NATIVE_MAX_LEN", 20)
+    too_long = make_case(generator, [3, 30], heads=2, dim=16)
+    for case in (truncated, causal, too_long):
+        assert "NativeSoftmaxAttention" not in _grad_fn_name(case)
+    seen = _OpNames()
+    with seen:  # a dispatch mode (FLOP counting) sees the op, which it can count
+        _grad_fn_name(make_case(generator, [3, 8], heads=2, dim=16))
+    assert "gem_kernels.jagged_attention_fwd.default" in seen.names
+
+
+class _OpNames(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(str(func))
+        return func(*args, **(kwargs or {}))
 
 
 def test_row_blocks_and_padded_strides(generator):
@@ -55,17 +109,19 @@ def test_row_blocks_and_padded_strides(generator):
     assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
 
 
-def test_longer_sequences_go_to_flash(generator, monkeypatch):
+@pytest.mark.parametrize("dim", [16, 8])
+def test_longer_sequences_go_to_flash(generator, monkeypatch, dim):
     monkeypatch.setattr(bucketed_module, "NATIVE_MAX_LEN", 20)
-    case = make_case(generator, [3, 50, 0, 20, 21, 7], heads=2, dim=16)
+    case = make_case(generator, [3, 50, 0, 20, 21, 7], heads=2, dim=dim)
     taken, chunks = _native_share(case)
     assert taken == [3, 20, 7] and chunks >= 1
     assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
 
 
-def test_truncated_tokens_get_zero(generator):
-    case = make_case(generator, [12, 4, 30], heads=2, dim=16, max_seq_len=10)
-    grad_out = torch.randn(case.q.shape[0], 2, 16, generator=generator)
+@pytest.mark.parametrize("dim", [16, 8])
+def test_truncated_tokens_get_zero(generator, dim):
+    case = make_case(generator, [12, 4, 30], heads=2, dim=dim, max_seq_len=10)
+    grad_out = torch.randn(case.q.shape[0], 2, dim, generator=generator)
     out, grads = run_backend(case, "bucketed", grad_out)
     dropped = torch.cat([torch.arange(0, 2), torch.arange(16, 36)])  # first 2 and first 20
     assert out[dropped].abs().max() == 0 and all(g[dropped].abs().max() == 0 for g in grads)
@@ -104,8 +160,8 @@ def _direct(q, k, v, grad_out, lengths, scale):
 def test_value_dim_may_differ_and_lse_is_the_log_sum_exp(generator):
     lengths = torch.tensor([4, 0, 19, 1])
     tokens, heads, scale = int(lengths.sum()), 2, 0.2
-    q, k = (torch.randn(tokens, heads, 32, generator=generator) for _ in range(2))
-    v, grad_out = (torch.randn(tokens, heads, 16, generator=generator) for _ in range(2))
+    q, k = (torch.randn(tokens, heads, 24, generator=generator) for _ in range(2))  # padded to 32
+    v, grad_out = (torch.randn(tokens, heads, 8, generator=generator) for _ in range(2))
     out, lse, grads = _direct(q, k, v, grad_out, lengths, scale)
     first = 0
     for n in lengths.tolist():

@@ -9,6 +9,7 @@ from jagged_attention_cases import make_case, relative_error
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import kernels.attention_op as attention_op
+import kernels.avx2.function as native_function
 import kernels.bucketed.bucketed_jagged_attention as bucketed_module
 from kernels import BACKEND_ENV_VAR, Backend, jagged_attention
 from kernels.common import select_backend
@@ -113,6 +114,8 @@ def test_dispatch_reaches_the_selected_backend(generator, monkeypatch):
         raise RuntimeError("bucketed backend called")
 
     monkeypatch.setattr(bucketed_module, "bucketed_forward", refuse)
+    # the bucketed backend's eager route for calls its AVX2 kernel takes whole
+    monkeypatch.setattr(native_function.NativeSoftmaxAttention, "apply", refuse)
     monkeypatch.delenv(BACKEND_ENV_VAR, raising=False)
     case = make_case(generator, [3, 4])
     with pytest.raises(RuntimeError, match="bucketed backend called"):
