@@ -18,6 +18,8 @@ costs).
 from __future__ import annotations
 
 import logging
+import statistics
+from collections import deque
 
 import torch
 
@@ -30,12 +32,13 @@ SWITCH_MARGIN = 0.05
 
 class ThreadTuner:
     def __init__(self, choices: tuple[int, ...] | None = None, trial_steps: int = 2, recheck_every: int = 40,
-                 warmup_steps: int = 1) -> None:
+                 warmup_steps: int = 1, recent: int = 8) -> None:
         default = torch.get_num_threads()
         self.choices = tuple(dict.fromkeys(choices or (default, 1)))
         self.trial_steps, self.recheck_every, self.warmup = trial_steps, recheck_every, warmup_steps
         self.best = self.choices[0]
         self.cost: dict[int, list[float]] = {n: [] for n in self.choices}  # seconds per FLOP of the trial steps
+        self.recent: deque[float] = deque(maxlen=recent)  # the kept choice's latest ordinary steps
         self.steps = 0
         self._interval, self._next_check = 0, 0  # steps between checks, doubled while the choice holds
         self._current = self.best
@@ -45,22 +48,30 @@ class ThreadTuner:
         if self.steps >= self.warmup and len(self.choices) > 1 and not self._trial:
             if self.steps == self.warmup:  # the first round: every choice, interleaved
                 self._trial = [n for _ in range(self.trial_steps) for n in self.choices]
-            elif self.steps >= self._next_check:  # one step of each other choice, then the kept one
-                self._trial = [*(n for n in self.choices if n != self.best), self.best]
+            elif self.steps >= self._next_check:  # a few steps of each other choice
+                self._trial = [n for n in self.choices if n != self.best for _ in range(self.trial_steps)]
         self._current = self._trial[0] if self._trial else self.best
         torch.set_num_threads(self._current)
         return self._current
 
     def after_step(self, seconds: float, flops: float) -> None:
         self.steps += 1
+        cost = seconds / max(flops, 1.0)
         if not self._trial or self.steps <= self.warmup:
+            if self.steps > self.warmup:
+                self.recent.append(cost)
             return
-        self.cost[self._trial.pop(0)].append(seconds / max(flops, 1.0))
+        self.cost[self._trial.pop(0)].append(cost)
         if self._trial:
             return
-        latest = {n: c[-1] for n, c in self.cost.items() if c}
         if self._interval == 0:  # the first round: the lower median of each choice's steps
             latest = {n: sorted(c)[(len(c) - 1) // 2] for n, c in self.cost.items() if c}
+        else:
+            # a check: every trial step of another choice must beat the median of the kept
+            # choice's latest ordinary steps (one step against one misread ~10% run-to-run
+            # noise: a tiny run went to 2 threads on a 1.08x and stayed, 0.7x the speed)
+            latest = {n: max(c[-self.trial_steps:]) for n, c in self.cost.items() if c and n != self.best}
+            latest[self.best] = statistics.median(self.recent) if self.recent else self.cost[self.best][-1]
         best = min(latest, key=latest.get)
         if latest[best] > latest[self.best] * (1 - SWITCH_MARGIN):
             best = self.best  # within the noise of a few steps: the choice holds
@@ -68,6 +79,7 @@ class ThreadTuner:
             log.info("intra-op threads: %d (a step took %.2fx the time with %d)", best,
                      latest[self.best] / latest[best], self.best)
             self._interval = self.recheck_every
+            self.recent.clear()
         else:  # the choice held: look again less often (a trial step with the slower count costs)
             self._interval = 2 * self._interval if self._interval else self.recheck_every
         self.best = best

@@ -21,9 +21,9 @@ def test_tuner_picks_the_faster_count_and_follows_a_change_of_load():
     try:
         tuner = ThreadTuner(choices=(2, 1), trial_steps=2, recheck_every=10)
         used = run_steps(tuner, 45, {2: 5.0, 1: 1.0})  # a loaded machine: 1 thread is faster
-        # warm-up, the first round, then a check (one step with 2) after 10 steps, the next after 20
+        # warm-up, the first round, then a check (two steps with 2) after 10 steps, the next after 20
         assert used[:5] == [2, 2, 1, 2, 1] and tuner.best == 1
-        assert [i for i, n in enumerate(used) if n == 2][3:] == [15, 37]
+        assert [i for i, n in enumerate(used) if n == 2][3:] == [15, 16, 37, 38]
         run_steps(tuner, 40, {2: 0.5, 1: 1.0})  # the other jobs ended
         assert tuner.best == 2 and run_steps(tuner, 5, {2: 0.5, 1: 1.0}).count(2) >= 4
     finally:
@@ -38,6 +38,24 @@ def test_a_difference_within_the_noise_keeps_the_current_choice():
         assert tuner.best == 2 and used[5:].count(1) <= 2
         run_steps(tuner, 40, {2: 1.2, 1: 1.0})  # 20% faster: taken
         assert tuner.best == 1
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_one_fast_trial_step_does_not_switch():
+    """A check's every step must beat the median of the kept choice's ordinary steps: one
+    lucky step (noise) against one unlucky one took a tiny run to 2 threads at 0.7x the speed."""
+    saved = torch.get_num_threads()
+    try:
+        tuner = ThreadTuner(choices=(2, 1), trial_steps=2, recheck_every=10)
+        run_steps(tuner, 15, {2: 1.3, 1: 1.0})  # warm-up, first round, ordinary steps up to the check
+        assert tuner.best == 1
+        lucky = iter([0.8, 1.3])  # the check's two steps with 2 threads: one lucky, one as usual
+        for _ in range(2):
+            threads = tuner.before_step()
+            assert threads == 2
+            tuner.after_step(next(lucky) * 1e9, 1e9)
+        assert tuner.best == 1 and tuner.before_step() == 1
     finally:
         torch.set_num_threads(saved)
 
