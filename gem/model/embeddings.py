@@ -98,9 +98,17 @@ class SparseArch(nn.Module):
         pooled = self.first_order_ebc(batch.sparse).to_dict()
         return torch.stack([pooled[k] for k in self.sparse_keys], dim=1).sum(dim=(1, 2))
 
+    def _stacked(self, pooled) -> torch.Tensor:
+        """(B, F, D) from the collection's KeyedTensor: a view of its values when they hold
+        the keys in spec order (one split and one stack fewer each way a step)."""
+        if list(pooled.keys()) == self.sparse_keys:
+            values = pooled.values()
+            return values.reshape(values.shape[0], len(self.sparse_keys), self.dim)
+        by_key = pooled.to_dict()
+        return torch.stack([by_key[k] for k in self.sparse_keys], dim=1)
+
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        pooled = self.ebc(batch.sparse).to_dict()
-        x_BFD = torch.stack([pooled[k] for k in self.sparse_keys], dim=1)
+        x_BFD = self._stacked(self.ebc(batch.sparse))
         age_N = batch.sequence_age
         bucket_N = torch.log2(age_N.clamp(min=1.0)).long().clamp(0, self.age_buckets - 1)
         seq_ND = self.age_embedding(bucket_N)

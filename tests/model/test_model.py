@@ -263,3 +263,20 @@ def test_counters_are_one_token_per_key_kind(spec, arch, wide):
     batch.dense = moved
     assert not torch.allclose(model(batch).logits, before)
     assert (model.inputs.counter_wide is not None) == wide
+
+
+def test_pooled_sparse_embeddings_are_the_keyed_values_in_spec_order(spec):
+    """SparseArch reads the collection's values as (B, F, D) when they hold the keys in spec
+    order, and falls back to the keyed split otherwise: both give each key's embedding."""
+    from gem.model.embeddings import SparseArch
+
+    torch.manual_seed(0)
+    arch = SparseArch(spec, dim=8)
+    batch = synthetic_batch(spec, 6, seed=1)
+    pooled = arch.ebc(batch.sparse)
+    assert list(pooled.keys()) == arch.sparse_keys  # the view applies here
+    by_key = pooled.to_dict()
+    want = torch.stack([by_key[k] for k in arch.sparse_keys], dim=1)
+    torch.testing.assert_close(arch._stacked(pooled), want, rtol=0, atol=0)
+    arch.sparse_keys = arch.sparse_keys[::-1]  # another order: the keyed path
+    torch.testing.assert_close(arch._stacked(pooled), want.flip(1), rtol=0, atol=0)
