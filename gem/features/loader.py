@@ -116,6 +116,14 @@ class ShardData:
 
     examples: dict[str, np.ndarray]
     history: dict[str, np.ndarray]  # item, event_type, surface, is_ad, click, hidden, click/conversion_time, event_s
+    counters: np.ndarray | None = None  # (B_shard, C) counter features, made by the first gather that needs them
+
+    def counter_rows(self, idx: np.ndarray) -> np.ndarray:
+        """The counter features of examples ``idx``: computed once for the whole shard (each
+        row's from its own counts alone), where ~150 small numpy calls a batch cost ~1 ms."""
+        if self.counters is None:
+            self.counters = counter_features({c: self.examples[c] for c in COUNT_COLUMNS})
+        return self.counters[idx]
 
 
 def read_shard(shard_dirs: list[Path], cache: SegmentCache | None = None) -> ShardData:
@@ -233,7 +241,7 @@ def gather(spec: FeatureSpec, shard: ShardData, idx: np.ndarray) -> dict[str, np
     ad_clicks = ex["ad_clicks_before"][idx] if spec.history_labels else np.zeros(len(idx), np.int64)
     dense = dense_features(t_us, history_len, last_s, ex["ad_impressions_before"][idx], ad_clicks)
     if any(name.startswith(COUNTER_PREFIX) for name in spec.dense):  # the build's point-in-time counters
-        dense = np.concatenate([dense, counter_features({c: ex[c][idx] for c in COUNT_COLUMNS})], axis=1)
+        dense = np.concatenate([dense, shard.counter_rows(idx)], axis=1)
     return {
         "sparse": np.stack([ex[name][idx].astype(np.int64) for name in spec.sparse], axis=1),
         "lengths": lengths,

@@ -179,6 +179,28 @@ def test_counters_reach_the_models_as_dense_features(tied_features):
     assert np.isfinite(dense).all() and len(KINDS) * len(HORIZONS) * 3 + 2 == dense.shape[1]
 
 
+def test_a_shard_computes_its_counter_features_once_as_each_batch_would(tied_features, monkeypatch):
+    """The loader computes the counter features once per shard and slices them per batch:
+    bit for bit what computing them from each batch's counts gives, in any batch order."""
+    from gem.features import loader as loader_module
+    from gem.features.counters import counter_features
+
+    def batches():
+        loader = FeatureLoader(tied_features, batch_size=37, shuffle=True, seed=3)
+        loader.set_epoch(1)
+        return [b.dense.numpy().copy() for b in loader], len(loader.shard_names)
+
+    rows = []
+    monkeypatch.setattr(loader_module, "counter_features",
+                        lambda counts: (rows.append(len(counts[COUNT_COLUMNS[0]])), counter_features(counts))[1])
+    sliced, shards = batches()
+    assert len(rows) <= shards < len(sliced)  # once per shard, not per batch
+    monkeypatch.setattr(loader_module.ShardData, "counter_rows", lambda self, idx: counter_features(
+        {c: self.examples[c][idx] for c in COUNT_COLUMNS}))
+    per_batch, _ = batches()
+    assert all(np.array_equal(a, b) for a, b in zip(sliced, per_batch, strict=True))
+
+
 def test_a_build_without_counters_keeps_the_old_dense_features(conv_features):
     spec = FeatureLoader(conv_features, batch_size=8).spec
     assert not any(name.startswith("cnt_") for name in spec.dense) and len(spec.dense) == 6
