@@ -39,8 +39,11 @@ def knowledge(teacher_uri: str, features: list[str], out_root: str, feast_repo: 
     teacher = load_teacher(teacher_uri, tracking_uri)
     outputs, examples = [], 0
     # one for every window: the threads are tried once, not per window, and checked again
-    # every ~8 batches (a window is 6-12 of them in the demo) as the machine's load changes
-    tuner = thread_tuner(cfg.threads, recheck_every=8)
+    # every ~8 batches (a window is 6-12 of them in the demo) as the machine's load changes.
+    # The first round waits 8 batches: a fresh process's first forwards run 2 threads at half
+    # their later speed (the heap still grows; 2.8-3.3 against 1.4 us a token on the demo),
+    # so a round on batches 2-5 took 1 thread in each of three demo pipelines, ~6 s at 1.4x.
+    tuner = thread_tuner(cfg.threads, recheck_every=8, warmup_steps=8)
     with tracked(ctx, "knowledge", tags={tracking.TAG_TEACHER_VERSION: teacher.version,
                                          tracking.TAG_FEATURE_VIEWS: KNOWLEDGE_VIEWS}):
         windows = _windows(features, lead_from, cfg.lead_days)

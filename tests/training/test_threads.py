@@ -60,6 +60,16 @@ def test_one_fast_trial_step_does_not_switch():
         torch.set_num_threads(saved)
 
 
+def test_warmup_steps_run_the_default_count_before_any_trial():
+    saved = torch.get_num_threads()
+    try:
+        tuner = ThreadTuner(choices=(2, 1), trial_steps=2, recheck_every=10, warmup_steps=8)
+        used = run_steps(tuner, 14, {2: 5.0, 1: 1.0})
+        assert used[:8] == [2] * 8 and used[8:12] == [2, 1, 2, 1] and tuner.best == 1
+    finally:
+        torch.set_num_threads(saved)
+
+
 def test_training_tunes_threads_for_its_steps_and_restores_them(tmp_path):
     from gem.training.config import load_train_config
     from gem.training.trainer import train
