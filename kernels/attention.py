@@ -17,7 +17,7 @@ import torch
 
 import kernels.avx2.function as native_function
 from kernels.attention_op import _check_offsets  # importing it registers torch.ops.gem_kernels.*
-from kernels.attention_spec import ACTIVATIONS, FORMS, TRITON_ACTIVATIONS
+from kernels.attention_spec import ACTIVATIONS, FORMS, TRITON_ACTIVATIONS, Spec
 from kernels.common import Backend, select_backend
 
 Tensor = torch.Tensor
@@ -147,10 +147,9 @@ def jagged_attention(
     if dropout_p > 0 and dropout_seed is None:
         dropout_seed = int(torch.randint(0, 2**31 - 1, (1,)))
     scale = float(1.0 / math.sqrt(q.shape[2]) if scale is None else scale)
-    plain = (form == "softmax" and not causal and attn_bias is None and num_targets is None
-             and max_attn_len == 0 and contextual_len == 0 and dropout_p == 0)
-    if chosen is Backend.BUCKETED and q.device.type == "cpu" and native_function.takes_whole_call(
-            q, v, offsets, max_seq_len, plain):
+    spec = Spec(max_seq_len, form, causal, activation, scale, max_attn_len, contextual_len, float(dropout_p))
+    if chosen is Backend.BUCKETED and native_function.takes_whole_call(
+            q, v, offsets, spec, attn_bias, num_targets is not None):
         _check_offsets(offsets, q.shape[0])
         return native_function.NativeSoftmaxAttention.apply(
             q.contiguous(), k.contiguous(), v.contiguous(), offsets.contiguous(), scale)

@@ -1,8 +1,8 @@
 """The AVX2 kernel as an autograd Function: eager calls it takes whole skip the op layer.
 
-`jagged_attention` routes a call here when the kernel takes every sequence of it
-(`takes_whole_call`): softmax, non-causal, no bias, targets, window, contextual tokens or
-dropout, float32 on CPU, no sequence truncated or over `NATIVE_MAX_LEN`. The result is the
+`jagged_attention` routes a call here when the bucketed backend's own routing would give
+the kernel every sequence of it (`takes_whole_call`: fused softmax and the kernel's share,
+kernels/bucketed), in float32, no sequence truncated or over `NATIVE_MAX_LEN`. The result is the
 one the `gem_kernels` op gives (the same kernel), without the op's per-call layers (the
 custom-op dispatch, the chunk planning of the forward and again of the backward), ~1 ms
 per forward+backward of a small batch: a tenth of a tiny-preset train step across its two
@@ -16,21 +16,23 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import kernels.avx2.loader as native
 import kernels.bucketed.bucketed_jagged_attention as bucketed
+from kernels.attention_spec import Spec
 
 Tensor = torch.Tensor
 
 
-def takes_whole_call(q: Tensor, v: Tensor, offsets: Tensor, max_seq_len: int, plain: bool) -> bool:
-    """Whether the kernel takes every sequence of this call (``plain``: softmax,
-    non-causal, no bias, targets, window, contextual tokens or dropout)."""
-    if not (plain and bucketed.NATIVE and bucketed.FUSED_SOFTMAX and q.dtype == torch.float32
-            and v.shape[2] == q.shape[2] and not torch.compiler.is_compiling()
-            and _get_current_dispatch_mode() is None and native.supports(q)):
+def takes_whole_call(q: Tensor, v: Tensor, offsets: Tensor, spec: Spec, attn_bias: Tensor | None,
+                     with_targets: bool) -> bool:
+    """Whether the bucketed backend would give the kernel every sequence of this call (its
+    own routing: fused softmax, then the kernel's share), in eager float32."""
+    if not (q.dtype == torch.float32 and not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None
+            and bucketed.uses_fused_softmax(spec, attn_bias, q, v)
+            and bucketed.native_applies(spec, q, with_targets)):
         return False
     if offsets.shape[0] < 2:
         return False
     longest = int((offsets[1:] - offsets[:-1]).max())
-    return longest <= min(max_seq_len, bucketed.NATIVE_MAX_LEN or longest)
+    return longest <= min(spec.max_seq_len, bucketed.NATIVE_MAX_LEN or longest)
 
 
 class NativeSoftmaxAttention(torch.autograd.Function):

@@ -49,7 +49,7 @@ _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 
-def _native_applies(spec: Spec, q: Tensor, with_targets: bool) -> bool:
+def native_applies(spec: Spec, q: Tensor, with_targets: bool) -> bool:
     """Whether the AVX2 kernel (kernels/avx2) takes a fused call's short sequences:
     non-causal, no targets, window or contextual tokens."""
     return (NATIVE and not spec.causal and not with_targets and spec.plain_mask
@@ -99,7 +99,7 @@ class _Problem:
         self.uncovered = None  # rows no chunk writes (truncated tokens), which must be 0
         kept = lengths
         self.native = None  # (starts, lengths) of the sequences the AVX2 kernel takes
-        if fused and _native_applies(spec, q, self.with_targets):
+        if fused and native_applies(spec, q, self.with_targets):
             takes = lengths <= (NATIVE_MAX_LEN or self.num_tokens)
             self.native = (starts[takes], lengths[takes])
             lengths = torch.where(takes, 0, lengths)  # planned below: nothing or the longest

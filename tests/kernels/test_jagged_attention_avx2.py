@@ -58,6 +58,7 @@ def test_op_matches_reference(generator, dim, path):
     lengths = [0, 1, 2, 5, 6, 7, 13, 16, 17, 0, 40, 97]
     case = make_case(generator, lengths, heads=3, dim=dim)
     assert _native_share(case) == ([n for n in lengths if n > 0], 0)
+    assert ("NativeSoftmaxAttention" in _grad_fn_name(case)) == (path == "function")
     assert_close_to_reference(case, "bucketed", FP32_TOLERANCE, generator)
 
 
