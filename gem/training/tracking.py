@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,8 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from gem.tracking import ensure_reachable, features_columns, redact
-from gem.utils.cache import cache_dir
+from gem.tracking import ensure_reachable, features_columns, prepare_sqlite_store, redact
 
 log = logging.getLogger(__name__)
 
@@ -74,45 +72,6 @@ def window_examples(features: str) -> int:
         return int(json.loads((Path(features) / "manifest.json").read_text())["counts"]["examples"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0
-
-
-def prepare_sqlite_store(uri: str) -> bool:
-    """Start a new sqlite store as a copy of an empty, fully migrated one, kept in the
-    cache per MLflow version: MLflow builds a fresh schema by running every migration
-    (~2.7 s on 2 cores), a copy takes milliseconds. MLflow still verifies the schema
-    revision on open and adds its default experiment. Returns whether it copied; on any
-    failure MLflow creates the schema itself as before."""
-    if not uri.startswith("sqlite:///"):
-        return False
-    path = Path(uri[len("sqlite:///"):])
-    if path.exists():
-        return False
-    try:
-        import mlflow
-
-        template = cache_dir() / f"mlflow-{mlflow.__version__}-empty.db"
-        if not template.is_file():
-            from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine_with_retry
-
-            template.parent.mkdir(parents=True, exist_ok=True)
-            fresh = template.with_suffix(f".{os.getpid()}.tmp")
-            engine = create_sqlalchemy_engine_with_retry(f"sqlite:///{fresh}")
-            _initialize_tables(engine)
-            engine.dispose()
-            os.replace(fresh, template)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        copy = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        shutil.copyfile(template, copy)
-        try:
-            os.link(copy, path)  # never replaces a store another process just created
-        except FileExistsError:
-            pass
-        finally:
-            copy.unlink()
-        return True
-    except Exception as exc:  # noqa: BLE001 - MLflow initialises the store itself
-        log.debug("no sqlite store template: %s", exc)
-        return False
 
 
 # -- the worker process ----------------------------------------------------------------

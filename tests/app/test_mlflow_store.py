@@ -52,3 +52,22 @@ def test_a_store_mlflow_was_pointed_at_does_not_pin_the_next_one(tmp_path, monke
     monkeypatch.setenv("MLFLOW_TRACKING_URI", user)  # a user's: honoured, on every later call too
     assert tracking.configure(tmp_path / "a", experiment="x") == user
     assert tracking.configure(tmp_path / "b", experiment="x") == user
+
+
+def test_a_new_sqlite_store_starts_as_a_copy_of_the_migrated_template(tmp_path, monkeypatch):
+    """configure() copies an empty, migrated store kept per MLflow version instead of running
+    every migration in each new workspace (~2 s of a pipeline's first task); the copy is a
+    working store at the head revision, and an existing store is never replaced."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("GEM_CACHE_DIR", str(tmp_path / "cache"))
+    tracking.configure(tmp_path / "first", experiment="a")  # makes the template
+    template = tmp_path / "cache" / f"mlflow-{mlflow.__version__}-empty.db"
+    assert template.is_file()
+    uri = f"sqlite:///{(tmp_path / 'second').resolve()}/mlflow.db"
+    assert tracking.prepare_sqlite_store(uri)  # a copy of the template
+    assert not tracking.prepare_sqlite_store(uri)  # the store exists: left alone
+    assert tracking.configure(tmp_path / "second", experiment="b") == uri
+    with mlflow.start_run():
+        mlflow.log_metric("m", 1.0)
+    assert [r.data.metrics["m"] for r in mlflow.search_runs(experiment_names=["b"], output_format="list")] == [1.0]
+    mlflow.set_tracking_uri("")
