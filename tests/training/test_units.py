@@ -254,3 +254,27 @@ def test_the_summary_names_the_students_that_kept_the_teachers_days():
     assert headline({"metrics": {}}, rows)["students/on_teacher_days"] == 1.0
     own = [_row({"metrics": {}}, distilled("books", ""))]  # no overlap: no such figure
     assert "students/on_teacher_days" not in headline({"metrics": {}}, own)
+
+
+def test_the_metrics_import_is_not_in_the_throughput_window(tmp_path, monkeypatch):
+    """The training metrics (torchmetrics' ~0.7 s import) are built after the first step,
+    before the window the run's examples/s is read over opens; their predictions are all kept."""
+    import time
+
+    from gem.training import metrics
+    from gem.training.config import load_train_config
+    from gem.training.trainer import train
+
+    built = metrics.SurfaceTaskMetrics.__init__
+
+    def slow_init(self, *args, **kwargs):
+        time.sleep(3.0)  # an import far slower than the run's steps together
+        built(self, *args, **kwargs)
+
+    monkeypatch.setattr(metrics.SurfaceTaskMetrics, "__init__", slow_init)
+    # past the 64 steps after which the deferred metrics first fold their predictions in
+    cfg, model_cfg = load_train_config("tiny", ["max_steps=70", "checkpoint_every=0", "log_model=false",
+                                                "system_metrics=false", "measure_peak=false", "threads=1"])
+    result = train("synthetic://8192", tmp_path, cfg, model_cfg)
+    assert result.perf["perf/step_time_share"] > 0.6, result.perf
+    assert result.train_metrics["train_epoch/count/all/click"] == 70 * cfg.batch_size
