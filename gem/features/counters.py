@@ -159,8 +159,10 @@ def counter_features(counts: dict[str, np.ndarray], kinds: tuple[str, ...] = KIN
     g = {s: counts[count_column(GLOBAL, "all", s)].astype(np.float64) for s in SIGNALS}
     ctr0 = (g["clicks"] + 1.0) / (g["impressions"] + 2.0)
     cvr0 = (g["conversions"] + 1.0) / (g["clicks"] + 2.0)
+    logit_ctr0, logit_cvr0 = logit(ctr0), logit(cvr0)  # every kind and horizon is read against them
     converted = g["conversions"] > 0  # before the log's first conversion the conversion features are 0
-    columns = []
+    out = np.empty((len(ctr0), len(counter_names(kinds))), np.float32)  # filled column by column
+    col = 0
     for kind in (k for k in KINDS if k in kinds):
         seen = counts[count_column(kind, "all", "impressions")].astype(np.float64)
         share = seen / np.maximum(g["impressions"], 1.0)
@@ -173,12 +175,14 @@ def counter_features(counts: dict[str, np.ndarray], kinds: tuple[str, ...] = KIN
                 recent = (imp + TREND_PRIOR_TRAFFIC * share) / (traffic + TREND_PRIOR_TRAFFIC)
                 ratio = np.log(np.maximum(recent, 1e-12) / np.maximum(share, 1e-12))
                 popularity = np.where(seen > 0, np.clip(ratio, -TREND_CLIP, TREND_CLIP), 0.0)
-            columns += [popularity,
-                        logit((clk + CTR_PRIOR_WEIGHT * ctr0) / (imp + CTR_PRIOR_WEIGHT)) - logit(ctr0),
-                        np.where(converted, logit((conv + CVR_PRIOR_WEIGHT * cvr0) / (clk + CVR_PRIOR_WEIGHT))
-                                 - logit(cvr0), 0.0)]
-    columns += [logit(ctr0), np.where(converted, logit(cvr0), 0.0)]
-    return np.stack(columns, axis=1).astype(np.float32)
+            out[:, col] = popularity
+            out[:, col + 1] = logit((clk + CTR_PRIOR_WEIGHT * ctr0) / (imp + CTR_PRIOR_WEIGHT)) - logit_ctr0
+            out[:, col + 2] = np.where(converted, logit((conv + CVR_PRIOR_WEIGHT * cvr0) / (clk + CVR_PRIOR_WEIGHT))
+                                       - logit_cvr0, 0.0)
+            col += 3
+    out[:, col] = logit_ctr0
+    out[:, col + 1] = np.where(converted, logit_cvr0, 0.0)
+    return out
 
 
 def logit(p: np.ndarray) -> np.ndarray:

@@ -253,3 +253,55 @@ def test_a_bucket_period_without_examples_still_builds(tied_dataset, tmp_path):
     for shard in empty[:3] + sorted((out / "shards").iterdir())[:3]:
         assert set(COUNT_COLUMNS) <= set(pq.read_schema(shard / "examples.parquet").names)
     assert FeatureLoader(out, batch_size=64).num_examples > 0
+
+
+def test_counter_features_follow_their_definitions_column_by_column():
+    """Every named feature against its definition, computed one row at a time in plain
+    Python (the vectorized function fills a float32 table column by column)."""
+    import math
+
+    from gem.features import counters as c
+
+    rng = np.random.default_rng(3)
+    counts = {col: rng.integers(0, 50, size=6) for col in c.COUNT_COLUMNS}
+    for col in c.COUNT_COLUMNS:  # the log's counts exceed any key's; one row before its first conversion
+        if col.startswith("n_global_"):
+            counts[col] = counts[col] + 500
+    counts[c.count_column(c.GLOBAL, "all", "conversions")][0] = 0
+
+    def logit(p):
+        p = min(max(p, 1e-6), 1 - 1e-6)
+        return math.log(p) - math.log1p(-p)
+
+    def expected(row, name):
+        n = {col: float(v[row]) for col, v in counts.items()}
+        g_imp, g_clk, g_conv = (n[c.count_column(c.GLOBAL, "all", s)] for s in c.SIGNALS)
+        ctr0, cvr0 = (g_clk + 1) / (g_imp + 2), (g_conv + 1) / (g_clk + 2)
+        if name == "cnt_global_all_ctr_logit":
+            return logit(ctr0)
+        if name == "cnt_global_all_cvr_logit":
+            return logit(cvr0) if g_conv > 0 else 0.0
+        kind, h, stat = next((k, h, name[len(f"cnt_{k}_{h}_"):]) for k in c.KINDS for h in c.HORIZONS
+                             if name.startswith(f"cnt_{k}_{h}_"))
+        imp, clk, conv = (n[c.count_column(kind, h, s)] for s in c.SIGNALS)
+        share = n[c.count_column(kind, "all", "impressions")] / max(g_imp, 1)
+        if stat == "share":
+            return math.log1p(1e6 * share)
+        if stat == "trend":
+            if share == 0:
+                return 0.0
+            traffic = n[c.count_column(c.GLOBAL, h, "impressions")]
+            recent = (imp + c.TREND_PRIOR_TRAFFIC * share) / (traffic + c.TREND_PRIOR_TRAFFIC)
+            return min(max(math.log(max(recent, 1e-12) / max(share, 1e-12)), -c.TREND_CLIP), c.TREND_CLIP)
+        if stat == "ctr_lift":
+            return logit((clk + c.CTR_PRIOR_WEIGHT * ctr0) / (imp + c.CTR_PRIOR_WEIGHT)) - logit(ctr0)
+        return logit((conv + c.CVR_PRIOR_WEIGHT * cvr0) / (clk + c.CVR_PRIOR_WEIGHT)) - logit(cvr0) if g_conv else 0.0
+
+    for kinds in (c.KINDS, ("user",), ("item", "advertiser")):
+        names = c.counter_names(kinds)
+        table = c.counter_features(counts, kinds)
+        assert table.dtype == np.float32 and table.shape == (6, len(names))
+        for j, name in enumerate(names):
+            want = np.array([expected(row, name) for row in range(6)], dtype=np.float32)
+            np.testing.assert_allclose(table[:, j], want, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert table[0, names.index("cnt_global_all_cvr_logit")] == 0.0
