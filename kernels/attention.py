@@ -16,7 +16,7 @@ import math
 import torch
 
 import kernels.avx2.function as native_function
-from kernels.attention_op import _check_offsets  # importing it registers torch.ops.gem_kernels.*
+from kernels.attention_op import check_offsets  # importing it registers torch.ops.gem_kernels.*
 from kernels.attention_spec import ACTIVATIONS, FORMS, TRITON_ACTIVATIONS, Spec
 from kernels.common import Backend, select_backend
 
@@ -150,7 +150,7 @@ def jagged_attention(
     spec = Spec(max_seq_len, form, causal, activation, scale, max_attn_len, contextual_len, float(dropout_p))
     if chosen is Backend.BUCKETED and native_function.takes_whole_call(
             q, v, offsets, spec, attn_bias, num_targets is not None):
-        _check_offsets(offsets, q.shape[0])
+        check_offsets(offsets, q.shape[0])
         return native_function.NativeSoftmaxAttention.apply(
             q.contiguous(), k.contiguous(), v.contiguous(), offsets.contiguous(), scale)
     out, _ = torch.ops.gem_kernels.jagged_attention_fwd(

@@ -23,7 +23,7 @@ from kernels.common import Backend
 Tensor = torch.Tensor
 
 
-def _check_offsets(offsets: Tensor, num_tokens: int) -> None:
+def check_offsets(offsets: Tensor, num_tokens: int) -> None:
     """Value checks that read offsets; only on CPU, where they cost no device sync."""
     if offsets.device.type != "cpu" or offsets.numel() == 0:
         return
@@ -62,7 +62,7 @@ def jagged_attention_fwd(
     activation: str, backend: str, scale: float, max_attn_len: int, contextual_len: int,
     dropout_p: float, dropout_seed: int,
 ) -> tuple[Tensor, Tensor]:
-    _check_offsets(offsets, q.shape[0])
+    check_offsets(offsets, q.shape[0])
     spec = _spec(max_seq_len, form, causal, activation, scale, max_attn_len, contextual_len,
                  dropout_p, dropout_seed)
     args = (q, k, v, offsets, attn_bias, num_targets, spec)

@@ -182,6 +182,8 @@ def counter_features(counts: dict[str, np.ndarray], kinds: tuple[str, ...] = KIN
             col += 3
     out[:, col] = logit_ctr0
     out[:, col + 1] = np.where(converted, logit_cvr0, 0.0)
+    if col + 2 != out.shape[1]:  # the table is np.empty: every named column must have been written
+        raise AssertionError(f"counter_features wrote {col + 2} columns for {out.shape[1]} names")
     return out
 
 
