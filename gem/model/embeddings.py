@@ -86,6 +86,9 @@ class SparseArch(nn.Module):
         self.age_buckets = age_buckets
         self.age_embedding = nn.Embedding(age_buckets, dim)
         nn.init.normal_(self.age_embedding.weight, std=0.02)
+        # the sharded tables' own kernels, called directly where one rank holds them all
+        # (gem/training/local_lookup.py); a plain attribute, not a submodule
+        self.direct = None
 
     def tables(self) -> list[nn.Module]:
         """Every torchrec collection (sharded and optimized in backward as one)."""
@@ -108,12 +111,16 @@ class SparseArch(nn.Module):
         return torch.stack([by_key[k] for k in self.sparse_keys], dim=1)
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        x_BFD = self._stacked(self.ebc(batch.sparse))
+        direct = self.direct
+        x_BFD = direct.pooled(batch.sparse) if direct is not None else self._stacked(self.ebc(batch.sparse))
         age_N = batch.sequence_age
         bucket_N = torch.log2(age_N.clamp(min=1.0)).long().clamp(0, self.age_buckets - 1)
         seq_ND = self.age_embedding(bucket_N)
-        if self.ec is not None:
-            jagged = self.ec(batch.sequence)
-            for key in self.sequence_keys:
-                seq_ND = seq_ND + jagged[key].values()
+        if self.ec is None:
+            return x_BFD, seq_ND
+        if direct is not None:
+            return x_BFD, seq_ND + direct.sequence_sum(batch.sequence, age_N.shape[0])
+        jagged = self.ec(batch.sequence)
+        for key in self.sequence_keys:
+            seq_ND = seq_ND + jagged[key].values()
         return x_BFD, seq_ND

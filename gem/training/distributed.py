@@ -37,6 +37,7 @@ from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backwa
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from gem.model.embeddings import SparseArch
+from gem.training import local_lookup
 from gem.training.config import DENSE_MODES
 from gem.training.planning import MIB, ROW_WISE, PlanRefused, check_budget, describe_plan, sharding_types, table_sizes
 
@@ -144,6 +145,7 @@ def shard_model(model: nn.Module, env: DistEnv, *, ebc_sharding: str = "table_wi
                                    data_parallel_wrapper=wrapper)
     load_unsharded_state(dmp, initial)
     dmp.plan_rows = describe_plan(plan, tables)
+    local_lookup.install(dmp, env.world_size)
     return dmp
 
 

@@ -179,26 +179,34 @@ def test_counters_reach_the_models_as_dense_features(tied_features):
     assert np.isfinite(dense).all() and len(KINDS) * len(HORIZONS) * 3 + 2 == dense.shape[1]
 
 
-def test_a_shard_computes_its_counter_features_once_as_each_batch_would(tied_features, monkeypatch):
-    """The loader computes the counter features once per shard and slices them per batch:
-    bit for bit what computing them from each batch's counts gives, in any batch order."""
+def test_a_shard_computes_its_example_inputs_once_as_each_batch_would(tied_features, monkeypatch):
+    """The loader computes each shard's per-example inputs (counter features, dense
+    features, ids, labels) once and takes each batch's rows: bit for bit what computing
+    them from the batch's own examples gives, in any batch order."""
     from gem.features import loader as loader_module
-    from gem.features.counters import counter_features
 
-    def batches():
-        loader = FeatureLoader(tied_features, batch_size=37, shuffle=True, seed=3)
-        loader.set_epoch(1)
-        return [b.dense.numpy().copy() for b in loader], len(loader.shard_names)
+    made, checked = [], []
+    compute, gather = loader_module._example_inputs, loader_module.gather
 
-    rows = []
-    monkeypatch.setattr(loader_module, "counter_features",
-                        lambda counts: (rows.append(len(counts[COUNT_COLUMNS[0]])), counter_features(counts))[1])
-    sliced, shards = batches()
-    assert len(rows) <= shards < len(sliced)  # once per shard, not per batch
-    monkeypatch.setattr(loader_module.ShardData, "counter_rows", lambda self, idx: counter_features(
-        {c: self.examples[c][idx] for c in COUNT_COLUMNS}))
-    per_batch, _ = batches()
-    assert all(np.array_equal(a, b) for a, b in zip(sliced, per_batch, strict=True))
+    def counted(spec, shard):
+        made.append(len(shard.examples["rank_end"]))
+        return compute(spec, shard)
+
+    def checked_gather(spec, shard, idx):
+        got = gather(spec, shard, idx)
+        alone = loader_module.ShardData({k: v[idx] for k, v in shard.examples.items()}, shard.history)
+        for name, want in compute(spec, alone).items():
+            assert got[name].dtype == want.dtype and np.array_equal(got[name], want), name
+        checked.append(len(idx))
+        return got
+
+    monkeypatch.setattr(loader_module, "_example_inputs", counted)
+    monkeypatch.setattr(loader_module, "gather", checked_gather)
+    loader = FeatureLoader(tied_features, batch_size=37, shuffle=True, seed=3)
+    loader.set_epoch(1)
+    batches = list(loader)
+    assert len(made) <= len(loader.shard_names) < len(batches)  # once per shard, not per batch
+    assert sum(checked) == sum(b.batch_size for b in batches) and batches[0].dense.shape[1] > 10
 
 
 def test_a_build_without_counters_keeps_the_old_dense_features(conv_features):
