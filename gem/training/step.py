@@ -21,6 +21,7 @@ from gem.data.batch import Batch
 from gem.errors import UserError
 from gem.model import ModelOutput, multitask_loss
 from gem.training.config import DECAYS, TrainConfig
+from gem.training.fused_adamw import FusedAdamW
 
 
 @dataclass
@@ -132,10 +133,9 @@ def build_dense_optimizer(model: nn.Module, lr: float, weight_decay: float, beta
     if decay not in DECAYS:
         raise ValueError(f"lr decay={decay!r} must be one of {DECAYS}")
     params = dense_parameters(model)
-    # fused=True runs one kernel per step on CPU and GPU (the per-tensor loop dominated
-    # small-batch CPU steps).
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay,
-                                  betas=(float(betas[0]), float(betas[1])), fused=True)
+    # fused: one kernel per step on CPU and GPU (the per-tensor loop dominated small-batch
+    # CPU steps), its per-step Python bookkeeping done once (gem/training/fused_adamw.py)
+    optimizer = FusedAdamW(params, lr=lr, weight_decay=weight_decay, betas=(float(betas[0]), float(betas[1])))
     scheduler = None
     if warmup_steps > 0 or (decay != "none" and total_steps > 0):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(
