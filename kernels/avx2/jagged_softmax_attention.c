@@ -9,10 +9,9 @@
    12 accumulators); score products apply the softmax in their tiles' epilogue
    (gemm_scores). Each item reads only its own tokens' rows, so nothing crosses
    sequences. Layouts: q, k (T, H, D), v, out (T, H, Dv), lse (T, H), all contiguous
-   float32; D and Dv multiples of 8. Inside, rows are packed zero-padded to a multiple of
-   16 columns (dims_p), the GEMMs' panel width: zero columns add nothing to a score and
-   give zero output columns, which are not stored. Python side and the design notes: loader.py,
-   kernels/README.md. */
+   float32; D and Dv multiples of 8. Head-dim products run in panels of 16 columns and one
+   of 8 where the dim leaves 8 over (a head dim of 8 computes no padding columns). Python
+   side and the design notes: loader.py, kernels/README.md. */
 
 #include <immintrin.h>
 #include <math.h>
@@ -38,7 +37,7 @@ typedef struct {
     const float *q, *k, *v, *out, *grad_out, *lse_in;
     float *out_w, *lse_w, *dq, *dk, *dv;
     int64_t heads, dim, vdim;
-    int64_t dim_p, vdim_p; /* dim and vdim rounded up to NR */
+    int64_t dim_p, vdim_p; /* dim and vdim rounded up to 8 */
     float scale;
     Item *items;
     int64_t num_items, max_length;
@@ -65,9 +64,10 @@ static inline float hmax8(__m256 x) {
     return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* C[mr x 16] = (accumulate ? C : 0) + sum_{p < kc} A(i, p) B(p, 0:16), with A(i, p) at
-   a[i * a_rs + p * a_cs] (row- or column-major A without packing) and B rows ldb apart. */
-static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const float *a,
+/* C[mr x nr] = (accumulate ? C : 0) + sum_{p < kc} A(i, p) B(p, 0:nr), nr 16 or 8, with
+   A(i, p) at a[i * a_rs + p * a_cs] (row- or column-major A without packing) and B rows ldb
+   apart. */
+static inline __attribute__((always_inline)) void tile(int mr, int nr, int64_t kc, const float *a,
                                                        int64_t a_rs, int64_t a_cs, const float *b,
                                                        int64_t ldb, float *c, int64_t ldc,
                                                        int accumulate) {
@@ -76,18 +76,19 @@ static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const
     for (int i = 0; i < MR; ++i) {
         if (i < mr) {
             acc[i][0] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
-            acc[i][1] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+            if (nr == 16) acc[i][1] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
         }
     }
     for (int64_t p = 0; p < kc; ++p) {
-        const __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
+        const __m256 b0 = _mm256_loadu_ps(b + p * ldb);
+        const __m256 b1 = nr == 16 ? _mm256_loadu_ps(b + p * ldb + 8) : b0;
         const float *ap = a + p * a_cs;
 #pragma GCC unroll 6
         for (int i = 0; i < MR; ++i) {
             if (i < mr) {
                 const __m256 ai = _mm256_broadcast_ss(ap + i * a_rs);
                 acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-                acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+                if (nr == 16) acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
             }
         }
     }
@@ -95,33 +96,43 @@ static inline __attribute__((always_inline)) void tile(int mr, int64_t kc, const
     for (int i = 0; i < MR; ++i) {
         if (i < mr) {
             _mm256_storeu_ps(c + i * ldc, acc[i][0]);
-            _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+            if (nr == 16) _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
         }
     }
 }
 
-/* C (m x n) = (accumulate ? C : 0) + A (m x kk) B (kk x n); n a multiple of 16. */
+/* The rows of one panel of C (nr columns at j) in MR-row tiles and a remainder tile. */
+static inline __attribute__((always_inline)) void panel(int nr, int64_t m, int64_t kc, const float *a,
+                                                        int64_t a_rs, int64_t a_cs, const float *bp,
+                                                        int64_t ldb, float *c, int64_t ldc, int acc) {
+    int64_t i = 0;
+    for (; i + MR <= m; i += MR)
+        tile(MR, nr, kc, a + i * a_rs, a_rs, a_cs, bp, ldb, c + i * ldc, ldc, acc);
+    const float *ap = a + i * a_rs;
+    float *cp = c + i * ldc;
+    switch (m - i) {
+        case 5: tile(5, nr, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
+        case 4: tile(4, nr, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
+        case 3: tile(3, nr, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
+        case 2: tile(2, nr, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
+        case 1: tile(1, nr, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
+        default: break;
+    }
+}
+
+/* C (m x n) = (accumulate ? C : 0) + A (m x kk) B (kk x n); n a multiple of 8 (panels of
+   16 columns, then one of 8: a head dim of 8 or 24 computes no zero columns). */
 static void gemm(int64_t m, int64_t n, int64_t kk, const float *a, int64_t a_rs, int64_t a_cs,
                  const float *b, int64_t ldb, float *c, int64_t ldc, int accumulate) {
     for (int64_t p0 = 0; p0 < kk; p0 += KC) {
         const int64_t kc = kk - p0 < KC ? kk - p0 : KC;
         const int acc = accumulate || p0 > 0;
-        for (int64_t j = 0; j < n; j += NR) {
-            const float *bp = b + p0 * ldb + j;
-            int64_t i = 0;
-            for (; i + MR <= m; i += MR)
-                tile(MR, kc, a + i * a_rs + p0 * a_cs, a_rs, a_cs, bp, ldb, c + i * ldc + j, ldc, acc);
-            const float *ap = a + i * a_rs + p0 * a_cs;
-            float *cp = c + i * ldc + j;
-            switch (m - i) {
-                case 5: tile(5, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
-                case 4: tile(4, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
-                case 3: tile(3, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
-                case 2: tile(2, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
-                case 1: tile(1, kc, ap, a_rs, a_cs, bp, ldb, cp, ldc, acc); break;
-                default: break;
-            }
-        }
+        const float *ak = a + p0 * a_cs;
+        int64_t j = 0;
+        for (; j + NR <= n; j += NR)
+            panel(NR, m, kc, ak, a_rs, a_cs, b + p0 * ldb + j, ldb, c + j, ldc, acc);
+        if (j < n)
+            panel(8, m, kc, ak, a_rs, a_cs, b + p0 * ldb + j, ldb, c + j, ldc, acc);
     }
 }
 
@@ -501,8 +512,8 @@ int jagged_softmax_forward(const float *q, const float *k, const float *v, float
                            const int64_t *starts, const int64_t *lengths, int64_t num_seqs,
                            int64_t heads, int64_t dim, int64_t vdim, float scale, int threads) {
     Problem pb = {.q = q, .k = k, .v = v, .out_w = out, .lse_w = lse,
-                  .heads = heads, .dim = dim, .vdim = vdim, .dim_p = round_up(dim, NR),
-                  .vdim_p = round_up(vdim, NR), .scale = scale};
+                  .heads = heads, .dim = dim, .vdim = vdim, .dim_p = round_up(dim, 8),
+                  .vdim_p = round_up(vdim, 8), .scale = scale};
     return run(&pb, starts, lengths, num_seqs, threads);
 }
 
@@ -512,6 +523,6 @@ int jagged_softmax_backward(const float *grad_out, const float *q, const float *
                             int64_t heads, int64_t dim, int64_t vdim, float scale, int threads) {
     Problem pb = {.q = q, .k = k, .v = v, .out = out, .grad_out = grad_out, .lse_in = lse,
                   .dq = dq, .dk = dk, .dv = dv, .heads = heads, .dim = dim, .vdim = vdim,
-                  .dim_p = round_up(dim, NR), .vdim_p = round_up(vdim, NR), .scale = scale};
+                  .dim_p = round_up(dim, 8), .vdim_p = round_up(vdim, 8), .scale = scale};
     return run(&pb, starts, lengths, num_seqs, threads);
 }
