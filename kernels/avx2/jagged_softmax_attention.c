@@ -255,6 +255,12 @@ static int64_t padded_stride(int64_t width) { return width % 32 == 0 ? width + 1
    then dp - d zeros. */
 static void pack_rows(const float *src, int64_t ld, int64_t n, int64_t d, int64_t dp, float *dst) {
     const int64_t ldd = padded_stride(dp);
+    if (d == dp && d <= 32) { /* short rows: a call to memcpy per row costs more than the copy */
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t c = 0; c < d; c += 8)
+                _mm256_storeu_ps(dst + j * ldd + c, _mm256_loadu_ps(src + j * ld + c));
+        return;
+    }
     for (int64_t j = 0; j < n; ++j) {
         memcpy(dst + j * ldd, src + j * ld, (size_t)d * sizeof(float));
         if (dp > d) memset(dst + j * ldd + d, 0, (size_t)(dp - d) * sizeof(float));
@@ -264,9 +270,35 @@ static void pack_rows(const float *src, int64_t ld, int64_t n, int64_t d, int64_
 /* dst (d x ldt) = the first d columns of src^T for src (n rows, lds apart); columns
    n .. ldt-1 zero. */
 static void pack_transposed(const float *src, int64_t lds, int64_t n, int64_t d, int64_t ldt, float *dst) {
+    const int64_t full = d % 8 == 0 ? n / 8 * 8 : 0;
+    for (int64_t c = 0; c < d; c += 8) /* 8 x 8 blocks transposed in registers */
+        for (int64_t j = 0; j < full; j += 8) {
+            const float *s = src + j * lds + c;
+            __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + lds), r2 = _mm256_loadu_ps(s + 2 * lds),
+                   r3 = _mm256_loadu_ps(s + 3 * lds), r4 = _mm256_loadu_ps(s + 4 * lds),
+                   r5 = _mm256_loadu_ps(s + 5 * lds), r6 = _mm256_loadu_ps(s + 6 * lds),
+                   r7 = _mm256_loadu_ps(s + 7 * lds);
+            const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+                         t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+                         t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+                         t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+            const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+                         u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+                         u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+                         u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float *o = dst + c * ldt + j;
+            _mm256_storeu_ps(o, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(o + ldt, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(o + 2 * ldt, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(o + 3 * ldt, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(o + 4 * ldt, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(o + 5 * ldt, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(o + 6 * ldt, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(o + 7 * ldt, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
     for (int64_t c = 0; c < d; ++c) {
         float *row = dst + c * ldt;
-        for (int64_t j = 0; j < n; ++j) row[j] = src[j * lds + c];
+        for (int64_t j = full; j < n; ++j) row[j] = src[j * lds + c];
         memset(row + n, 0, (size_t)(ldt - n) * sizeof(float));
     }
 }
