@@ -305,7 +305,7 @@ class _Streams(IterableDataset):
         info = get_worker_info()
         s = info.id if info is not None else 0
         for arrays in self.loader._iter_stream(self.epoch, s, self.skips[s]):
-            yield s, {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+            yield s, arrays  # made contiguous tensors on the trainer's side
 
 
 def _as_is(item):

@@ -30,21 +30,24 @@ class FusedAdamW(torch.optim.AdamW):
     def __init__(self, params, **kwargs) -> None:
         super().__init__(params, fused=True, **kwargs)
         self._lists: _Lists | None = None
+        # the lists are kept for float32 CPU parameters only (elsewhere torch's step, always)
+        self._cpu = all(p.device.type == "cpu" and p.dtype == torch.float32
+                        for group in self.param_groups for p in group["params"])
 
     def load_state_dict(self, state_dict) -> None:
         super().load_state_dict(state_dict)
         self._lists = None  # new state tensors: lists made again after the next step
 
     def _fast_case(self, group: dict, grads: list[torch.Tensor | None]) -> bool:
-        if len(self.param_groups) != 1 or any(isinstance(group[k], torch.Tensor) for k in ("lr", "betas")):
+        if not self._cpu or len(self.param_groups) != 1:
+            return False
+        if any(isinstance(group[k], torch.Tensor) for k in ("lr", "betas")):
             return False
         if group["amsgrad"] or group["maximize"] or group["capturable"] or group["differentiable"]:
             return False
         return not any(g is None for g in grads)
 
     def _make_lists(self, params: list[torch.Tensor]) -> _Lists | None:
-        if not all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params):
-            return None
         states = [self.state.get(p) for p in params]
         if not all(s and {"exp_avg", "exp_avg_sq", "step"} <= s.keys() for s in states):
             return None

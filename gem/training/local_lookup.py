@@ -51,7 +51,7 @@ class DirectLookup:
     num_keys: int
     num_sequence_keys: int
     dim: int
-    restore: torch.Tensor | None  # (F,) the kernel's output position of each batch key
+    restore: list[int] | None  # the kernel's output position of each batch key (any device)
 
     def pooled(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
         """(B, F, D) in the batch's key order, from the kernel's (B, F * D)."""
@@ -92,7 +92,7 @@ def direct_lookup(arch: SparseArch, sparse_keys: list[str], sequence_keys: list[
     tables = [t for k in (pooled, sequence) if k is not None for t in k.kernel.config.embedding_tables]
     if {t.embedding_dim for t in tables} != {arch.dim}:
         return None
-    restore = None if pooled.order is None else torch.tensor([pooled.order.index(i) for i in range(len(pooled.order))])
+    restore = None if pooled.order is None else [pooled.order.index(i) for i in range(len(pooled.order))]
     return DirectLookup(pooled, sequence, len(sparse_keys), len(sequence_keys), arch.dim, restore)
 
 
@@ -109,9 +109,3 @@ def install(model: nn.Module, world_size: int) -> int:
                      "fused kernel over whole tables per collection)")
         count += arch.direct is not None
     return count
-
-
-def uninstall(model: nn.Module) -> None:
-    """Back to torchrec's path (A/B runs, tests)."""
-    for arch in (m for m in model.modules() if isinstance(m, SparseArch)):
-        arch.direct = None

@@ -46,8 +46,8 @@ def test_direct_lookups_train_like_torchrec(world_of_one, spec, ec_sharding):
     twin = copy.deepcopy(model)
     direct = _sharded(model, world_of_one, ec_sharding=ec_sharding)
     routed = _sharded(twin, world_of_one, ec_sharding=ec_sharding)
-    local_lookup.uninstall(routed)
     arch, routed_arch = direct.module.inputs.sparse, routed.module.inputs.sparse
+    routed_arch.direct = None  # torchrec's path
     assert arch.direct is not None and routed_arch.direct is None
     direct_calls, routed_calls = _calls(arch.ebc), _calls(routed_arch.ec)
     opts = [build_dense_optimizer(m, 3e-3, 0.0, [0.9, 0.999])[0] for m in (direct, routed)]
@@ -67,9 +67,9 @@ def test_direct_lookups_train_like_torchrec(world_of_one, spec, ec_sharding):
 def test_no_direct_lookups_across_ranks_or_for_other_keys(world_of_one):
     _, model_cfg = load_train_config("tiny")
     dmp = _sharded(build_model(model_cfg, SPEC), world_of_one)
-    local_lookup.uninstall(dmp)
-    assert local_lookup.install(dmp, world_size=2) == 0  # ranks exchange ids: torchrec's path
     arch = dmp.module.inputs.sparse
+    arch.direct = None
+    assert local_lookup.install(dmp, world_size=2) == 0 and arch.direct is None  # ranks exchange ids
     arch.sparse_keys = [*arch.sparse_keys[:-1], "other"]  # keys the kernel has no table for
     assert local_lookup.install(dmp, world_size=1) == 0 and arch.direct is None
 
