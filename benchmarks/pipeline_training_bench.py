@@ -12,7 +12,9 @@ In one process, on the window's batches in the trainer's order (every ``--every`
   summary pooling, Wukong, heads) on two late batches;
 - torch intra-op threads: 1 against torch's default, alternating step by step;
 - the personalized FFN's FiLM + SiLU in token blocks (kernels/film_silu.py) against the
-  reference's whole-tensor ops, and its C kernel against the blocks, alternating train steps;
+  reference's whole-tensor ops, its C kernel against the blocks, and the whole FFN in C
+  token blocks (kernels/film_ffn.py) against torch's products around that kernel,
+  alternating train steps;
 - bf16 autocast against fp32 (train steps over the same subsample, alternating; the
   forward alone on ``--holdout``, as knowledge generation runs it);
 - torch.compile of the dense blocks (gem/training/parallelize.py) against eager,
@@ -197,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             figures[f"{key}_{name}_examples_per_s"] = sum(b.batch_size for b in used[1:]) / seconds[name]
             figures[f"{key}_{name}_mfu"] = film_flops / seconds[name] / peak
     film_ab({"reference": {"film_rows": 0}, "blocks": {"film_native": False}}, "film")
-    film_ab({"blocks": {"film_native": False}, "native": {}}, "film_c")
+    film_ab({"blocks": {"film_native": False}, "native": {"fused": False}}, "film_c")
+    film_ab({"ops": {"fused": False}, "fused": {}}, "ffn_fused")  # the whole FFN in C blocks (kernels/film_ffn.py)
     # precision: two copies of the untrained model, one step each per batch, alternating
     # (the same subsample of the run as above), and the forward alone on the holdout
     figures["bf16_matmul_gain"] = bf16_matmul_gain()

@@ -23,6 +23,7 @@ from gem.model.attention import JaggedMultiHeadAttention
 from gem.model.config import ModelConfig
 from gem.model.jagged import attention_pool, gather_prefix, gather_recent, keep_recent, segment_ids, target_pool
 from gem.model.wukong import WukongArch
+from kernels.film_ffn import film_ffn
 from kernels.film_silu import ROWS as FILM_ROWS
 from kernels.film_silu import film_silu
 
@@ -35,6 +36,7 @@ class PersonalizedFFN(nn.Module):
         super().__init__()
         self.film_rows = FILM_ROWS  # tokens per block of film_silu; 0: the reference (one pass per op)
         self.film_native = True  # film_silu's C kernel where it runs (False: the blocks; A/B runs)
+        self.fused = True  # the whole FFN in C token blocks where it runs (kernels/film_ffn.py; False: A/B runs)
         self.up = nn.Linear(dim, hidden)
         self.film = nn.Linear(dim, 2 * hidden)
         self.down = nn.Linear(hidden, dim)
@@ -44,6 +46,9 @@ class PersonalizedFFN(nn.Module):
 
     def forward(self, x_ND: torch.Tensor, ctx_BD: torch.Tensor, seg_N: torch.Tensor,
                 offsets: torch.Tensor | None = None) -> torch.Tensor:
+        if (self.fused and self.film_native and self.film_rows > 0 and offsets is not None
+                and not (self.training and self.drop.p > 0)):
+            return film_ffn(x_ND, self.film(ctx_BD), offsets, self.up, self.down, seg_N)
         # silu(up * (1 + scale) + shift) in one pass each way (kernels/film_silu.py: its C
         # kernel, else token blocks whose (N, H) intermediates stay in cache)
         act = film_silu(self.up(x_ND), self.film(ctx_BD), seg_N, rows=self.film_rows, native=self.film_native,
