@@ -20,7 +20,6 @@
    Python side: kernels/film_silu.py, kernels/film_ffn.py. */
 
 #include <immintrin.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,20 +223,11 @@ static int split_parts(const Part *base, int64_t batch, int threads, Part *parts
     return threads;
 }
 
-/* `fn` on each part, the last on the calling thread. */
+/* `fn` on each part, one OpenMP thread each (torch's own threads, see loader.py). */
 static void run_split(Part *parts, int count, void *(*fn)(void *)) {
-    pthread_t ids[MAX_THREADS];
-    char joinable[MAX_THREADS] = {0};
-    for (int t = 0; t < count - 1; t++) {
-        if (pthread_create(&ids[t], 0, fn, &parts[t]) == 0)
-            joinable[t] = 1;
-        else
-            fn(&parts[t]); /* no thread to be had: this one does the part */
-    }
-    fn(&parts[count - 1]);
-    for (int t = 0; t < count - 1; t++)
-        if (joinable[t])
-            pthread_join(ids[t], 0);
+#pragma omp parallel for num_threads(count) schedule(static, 1)
+    for (int t = 0; t < count; t++)
+        fn(&parts[t]);
 }
 
 static int run_parts(Part base, int64_t batch, int threads, void *(*fn)(void *)) {

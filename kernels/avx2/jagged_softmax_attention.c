@@ -1,6 +1,7 @@
 /* Jagged softmax attention, forward and backward, for x86-64 CPUs with AVX2 and FMA.
 
-   One work item per (sequence, head); items run longest first on `threads` pthreads.
+   One work item per (sequence, head); items run longest first on `threads` OpenMP threads
+   (torch's own, see loader.py), each claiming the next item when done with one.
    Per item, query rows go in blocks (row_block): the block's scores against every key
    (rows x Lp, Lp = L rounded up to 16) are materialized in a per-thread buffer that
    stays in L2, so softmax needs no online rescaling and the forward stores only the
@@ -15,7 +16,6 @@
 
 #include <immintrin.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -454,14 +454,8 @@ static int run(Problem *pb, const int64_t *starts, const int64_t *lengths, int64
     pb->failed = 0;
     if (threads < 1) threads = 1;
     if (threads > count) threads = (int)count;
-    pthread_t *pool = malloc((size_t)threads * sizeof(pthread_t));
-    int started = 0;
-    if (pool)
-        for (; started < threads - 1; ++started)
-            if (pthread_create(pool + started, NULL, worker, pb) != 0) break;
-    worker(pb); /* the calling thread works too; the rest of the items go to whoever is free */
-    for (int t = 0; t < started; ++t) pthread_join(pool[t], NULL);
-    free(pool);
+#pragma omp parallel num_threads(threads)
+    worker(pb); /* every thread takes the next item when done with one, until none is left */
     free(pb->items);
     return pb->failed || pb->next < count ? 1 : 0;
 }

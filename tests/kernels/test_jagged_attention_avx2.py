@@ -254,6 +254,29 @@ def test_library_is_cached_under_the_digest_of_its_inputs(tmp_path):
     assert len(third.stdout.split()) == 2 and digests[0] in third.stdout.split()
 
 
+def test_kernels_run_on_the_process_openmp_threads_or_build_serial(tmp_path):
+    """Built with OpenMP, a kernel's threads are torch's own (the libgomp the process has
+    loaded, no second copy); a compiler without OpenMP builds it serial, same results."""
+    code = ("import torch, pathlib, kernels.avx2.loader as n\n"
+            "{patch}"
+            "lib = n.library(); assert lib is not None\n"
+            "maps = {{line.split()[-1] for line in open('/proc/self/maps') if 'libgomp' in line}}\n"
+            "g = torch.Generator().manual_seed(0)\n"
+            "q = torch.randn(300, 2, 16, generator=g)\n"
+            "out, lse = torch.empty_like(q), torch.empty(300, 2)\n"
+            "torch.set_num_threads(2)\n"
+            "n.forward(q, q, q, out, lse, torch.tensor([0, 100, 140]), torch.tensor([100, 40, 160]), 0.25)\n"
+            "print(len(maps), float(out.double().sum()), float(lse.double().sum()))")
+    threaded = _python(code.format(patch=""), GEM_KERNEL_CACHE=str(tmp_path / "omp"))
+    assert threaded.returncode == 0, threaded.stderr
+    serial = _python(code.format(patch="n.THREADING = (('-fno-such-openmp-flag',), ())\n"),
+                     GEM_KERNEL_CACHE=str(tmp_path / "serial"))
+    assert serial.returncode == 0, serial.stderr
+    assert threaded.stdout.split()[0] == "1"  # torch's libgomp only
+    assert threaded.stdout.split()[1:] == serial.stdout.split()[1:]
+    assert len(list((tmp_path / "serial").glob("*/*.so"))) == 1
+
+
 def test_switch_off_leaves_the_work_to_flash():
     code = ("import kernels.avx2.loader as n; print(n.library() is None, n.unavailable_reason())")
     result = _python(code, GEM_NATIVE_ATTENTION="0")
