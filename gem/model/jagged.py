@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from kernels.jagged_pool import jagged_weighted_sum
+
 
 def lengths_of(offsets: torch.Tensor) -> torch.Tensor:
     return offsets[1:] - offsets[:-1]
@@ -87,12 +89,11 @@ def attention_pool(values_ND: torch.Tensor, offsets: torch.Tensor, queries_MD: t
     """(B, M, D): softmax attention of M learned queries over each sequence (empty -> 0).
     Jagged throughout: padding the batch to its longest history (2.7x the tokens on the
     demo's late batches) made this 2.8x slower (forward + backward, docs/training-efficiency.md)."""
-    batch, (num_queries, dim) = offsets.numel() - 1, queries_MD.shape
+    batch, dim = offsets.numel() - 1, queries_MD.shape[1]
     seg_N = segment_ids(offsets, values_ND.shape[0])
     scores_NM = values_ND @ queries_MD.t().to(values_ND.dtype) / math.sqrt(dim)
     weights_NM = _segment_softmax(scores_NM, seg_N, batch)
-    weighted_NMD = weights_NM[:, :, None] * values_ND[:, None, :]
-    return _segment_sum(weighted_NMD.reshape(-1, num_queries * dim), seg_N, batch).view(batch, num_queries, dim)
+    return jagged_weighted_sum(weights_NM, values_ND, offsets, seg_N)  # kernels/jagged_pool.py
 
 
 def target_pool(values_ND: torch.Tensor, offsets: torch.Tensor, queries_BD: torch.Tensor) -> torch.Tensor:
