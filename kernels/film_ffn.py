@@ -1,10 +1,11 @@
 """The personalized FFN whole, over jagged tokens: ``down(silu(up(x) * (1 + scale[seg]) + shift[seg]))``.
 
     from kernels.film_ffn import film_ffn
-    y_ND = film_ffn(x_ND, film_B2H, offsets, ffn.up, ffn.down)   # two nn.Linear: D -> H -> D
+    y_ND = film_ffn(x_ND, film_B2H, offsets, seg_N, ffn.up, ffn.down)   # two nn.Linear: D -> H -> D
 
 ``x_ND``: the tokens (N, D), in example order; ``film_B2H``: each example's FiLM scale and
-shift (B, 2H); ``offsets``: the examples' token offsets (B + 1). ``film_ffn_reference`` is
+shift (B, 2H); ``offsets``: the examples' token offsets (B + 1); ``seg_N``: each token's
+example, made from them (the fallback's FiLM takes it). ``film_ffn_reference`` is
 the same expression in torch's ops (kernels/film_silu.py's reference in the middle); it is
 what the tests compare against.
 
@@ -27,12 +28,11 @@ ops with kernels/film_silu.py's fast middle.
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from kernels.avx2.loader import pointer as _ptr
 from kernels.film_silu import film_silu, film_silu_reference, native_library
 
 
@@ -41,10 +41,9 @@ def film_ffn_reference(x_ND: torch.Tensor, film_B2H: torch.Tensor, seg_N: torch.
     return down(film_silu_reference(up(x_ND), film_B2H, seg_N))
 
 
-def film_ffn(x_ND: torch.Tensor, film_B2H: torch.Tensor, offsets: torch.Tensor, up: nn.Linear, down: nn.Linear,
-             seg_N: torch.Tensor | None = None) -> torch.Tensor:
-    """The C kernel where it runs (see the module's notes), else ``down(film_silu(up(x)))``;
-    ``seg_N``: each token's example, when the caller has it (the fallback's FiLM needs it)."""
+def film_ffn(x_ND: torch.Tensor, film_B2H: torch.Tensor, offsets: torch.Tensor, seg_N: torch.Tensor, up: nn.Linear,
+             down: nn.Linear) -> torch.Tensor:
+    """The C kernel where it runs (see the module's notes), else ``down(film_silu(up(x)))``."""
     if len(offsets) != film_B2H.shape[0] + 1 or int(offsets[-1]) != x_ND.shape[0]:
         raise ValueError(f"offsets ({len(offsets)}, last {int(offsets[-1])}) do not describe "
                          f"{film_B2H.shape[0]} examples of {x_ND.shape[0]} tokens")
@@ -53,8 +52,6 @@ def film_ffn(x_ND: torch.Tensor, film_B2H: torch.Tensor, offsets: torch.Tensor, 
         keep_up = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)  # for the backward
         return _FilmFfnNative.apply(x_ND.contiguous(), film_B2H.contiguous(), offsets.to(torch.int64).contiguous(),
                                     up.weight, up.bias, down.weight, down.bias, keep_up)
-    if seg_N is None:
-        seg_N = torch.repeat_interleave(torch.arange(len(offsets) - 1, device=x_ND.device), offsets.diff())
     return down(film_silu(up(x_ND), film_B2H, seg_N, offsets=offsets))
 
 
@@ -64,22 +61,7 @@ def _native_applies(x: torch.Tensor, film: torch.Tensor, up: nn.Linear, down: nn
                                    for t in tensors)
             and x.shape[1] % 8 == 0 and up.weight.shape[0] % 8 == 0
             and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
-            and _get_current_dispatch_mode() is None and _library() is not None)
-
-
-def _library() -> ctypes.CDLL | None:
-    lib = native_library()
-    if lib is not None and not hasattr(lib, "_ffn_typed"):
-        ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-        lib.film_ffn_forward.argtypes = [ptr] * 9 + [i64, i64, i64, ctypes.c_int]
-        lib.film_ffn_backward.argtypes = [ptr] * 13 + [i64, i64, i64, ctypes.c_int]
-        lib.film_ffn_forward.restype = lib.film_ffn_backward.restype = ctypes.c_int
-        lib._ffn_typed = True
-    return lib
-
-
-def _ptr(x: torch.Tensor | None) -> int | None:
-    return None if x is None else x.data_ptr()
+            and _get_current_dispatch_mode() is None and native_library() is not None)
 
 
 def _check(status: int, what: str, x: torch.Tensor, hidden: int) -> None:
@@ -95,7 +77,7 @@ class _FilmFfnNative(torch.autograd.Function):
         hidden = w_up.shape[0]
         up = x.new_empty(x.shape[0], hidden) if keep_up else None
         y = x.new_empty(x.shape)
-        _check(_library().film_ffn_forward(
+        _check(native_library().film_ffn_forward(
             _ptr(x), _ptr(w_up), _ptr(b_up), _ptr(film), _ptr(w_down), _ptr(b_down), _ptr(offsets), _ptr(up),
             _ptr(y), film.shape[0], x.shape[1], hidden, torch.get_num_threads()), "film_ffn_forward", x, hidden)
         ctx.save_for_backward(x, up, film, offsets, w_up, w_down)
@@ -110,7 +92,7 @@ class _FilmFfnNative(torch.autograd.Function):
         grad_film = torch.zeros_like(film) if need[1] else None
         grad_w_up, grad_b_up = torch.empty_like(w_up), w_up.new_empty(w_up.shape[0])
         grad_w_down, grad_b_down = torch.empty_like(w_down), w_down.new_empty(w_down.shape[0])
-        _check(_library().film_ffn_backward(
+        _check(native_library().film_ffn_backward(
             _ptr(grad_y), _ptr(x), _ptr(up), _ptr(film), _ptr(w_up), _ptr(w_down), _ptr(offsets), _ptr(grad_x),
             _ptr(grad_film), _ptr(grad_w_up), _ptr(grad_b_up), _ptr(grad_w_down), _ptr(grad_b_down),
             film.shape[0], x.shape[1], w_up.shape[0], torch.get_num_threads()), "film_ffn_backward", x, w_up.shape[0])

@@ -34,6 +34,9 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
+from kernels.avx2.loader import native_library as build_native
+from kernels.avx2.loader import pointer as _ptr
+
 ROWS = 1024  # tokens per block: 1024 x H=256 x 4 bytes = 1 MB of each intermediate
 NATIVE_SOURCE = Path(__file__).with_name("avx2") / "film_silu.c"
 NATIVE_SWITCH = "GEM_NATIVE_FILM"
@@ -61,14 +64,16 @@ def film_silu(up_NH: torch.Tensor, film_B2H: torch.Tensor, seg_N: torch.Tensor, 
 
 @functools.lru_cache(maxsize=1)
 def native_library() -> ctypes.CDLL | None:
-    from kernels.avx2.loader import native_library as build
-
-    lib, _ = build(NATIVE_SOURCE, NATIVE_SWITCH, "FiLM", "torch's ops in token blocks")
+    """kernels/avx2/film_silu.c: film_silu_* (here) and film_ffn_* (kernels/film_ffn.py)."""
+    lib, _ = build_native(NATIVE_SOURCE, NATIVE_SWITCH, "FiLM", "torch's ops in token blocks")
     if lib is not None:
         ptr, i64 = ctypes.c_void_p, ctypes.c_int64
         lib.film_silu_forward.argtypes = [ptr] * 4 + [i64, i64, ctypes.c_int]
         lib.film_silu_backward.argtypes = [ptr] * 6 + [i64, i64, ctypes.c_int]
-        lib.film_silu_forward.restype = lib.film_silu_backward.restype = ctypes.c_int
+        lib.film_ffn_forward.argtypes = [ptr] * 9 + [i64, i64, i64, ctypes.c_int]
+        lib.film_ffn_backward.argtypes = [ptr] * 13 + [i64, i64, i64, ctypes.c_int]
+        for fn in (lib.film_silu_forward, lib.film_silu_backward, lib.film_ffn_forward, lib.film_ffn_backward):
+            fn.restype = ctypes.c_int
     return lib
 
 
@@ -84,10 +89,6 @@ def _native_offsets(up: torch.Tensor, film: torch.Tensor, seg: torch.Tensor,
         return None  # tokens not in example order
     counts = torch.bincount(seg, minlength=film.shape[0])
     return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-
-
-def _ptr(x: torch.Tensor | None) -> int | None:
-    return None if x is None else x.data_ptr()
 
 
 class _FilmSiluNative(torch.autograd.Function):

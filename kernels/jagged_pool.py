@@ -27,6 +27,9 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from kernels.avx2.loader import native_library as build_native
+from kernels.avx2.loader import pointer as _ptr
+
 NATIVE_SOURCE = Path(__file__).with_name("avx2") / "jagged_pool.c"
 NATIVE_SWITCH = "GEM_NATIVE_POOL"
 
@@ -61,19 +64,13 @@ def _native_applies(weights: torch.Tensor, values: torch.Tensor) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def native_library() -> ctypes.CDLL | None:
-    from kernels.avx2.loader import native_library as build
-
-    lib, _ = build(NATIVE_SOURCE, NATIVE_SWITCH, "pooling", "torch's ops")
+    lib, _ = build_native(NATIVE_SOURCE, NATIVE_SWITCH, "pooling", "torch's ops")
     if lib is not None:
         ptr, i64 = ctypes.c_void_p, ctypes.c_int64
         lib.jagged_weighted_sum_forward.argtypes = [ptr] * 4 + [i64, i64, i64, ctypes.c_int]
         lib.jagged_weighted_sum_backward.argtypes = [ptr] * 6 + [i64, i64, i64, ctypes.c_int]
         lib.jagged_weighted_sum_forward.restype = lib.jagged_weighted_sum_backward.restype = ctypes.c_int
     return lib
-
-
-def _ptr(x: torch.Tensor | None) -> int | None:
-    return None if x is None else x.data_ptr()
 
 
 class _WeightedSumNative(torch.autograd.Function):

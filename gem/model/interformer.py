@@ -48,7 +48,7 @@ class PersonalizedFFN(nn.Module):
                 offsets: torch.Tensor | None = None) -> torch.Tensor:
         if (self.fused and self.film_native and self.film_rows > 0 and offsets is not None
                 and not (self.training and self.drop.p > 0)):
-            return film_ffn(x_ND, self.film(ctx_BD), offsets, self.up, self.down, seg_N)
+            return film_ffn(x_ND, self.film(ctx_BD), offsets, seg_N, self.up, self.down)
         # silu(up * (1 + scale) + shift) in one pass each way (kernels/film_silu.py: its C
         # kernel, else token blocks whose (N, H) intermediates stay in cache)
         act = film_silu(self.up(x_ND), self.film(ctx_BD), seg_N, rows=self.film_rows, native=self.film_native,

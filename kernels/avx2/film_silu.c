@@ -50,7 +50,7 @@ typedef struct {
     int failed;
 } Part;
 
-static void forward_part(const Part *p) {
+static void forward_part(Part *p) {
     const int64_t h = p->hidden;
     for (int64_t b = p->first; b < p->last; b++) {
         const float *scale = p->film + b * 2 * h, *shift = scale + h;
@@ -69,7 +69,7 @@ static void forward_part(const Part *p) {
 
 /* d_pre = grad_act * s * (1 + pre * (1 - s)), s = sigmoid(pre); grad_up = d_pre * (1 + scale);
    grad_scale[b] += d_pre * up; grad_shift[b] += d_pre. */
-static void backward_part(const Part *p) {
+static void backward_part(Part *p) {
     const int64_t h = p->hidden;
     const __m256 one = _mm256_set1_ps(1.0f);
     for (int64_t b = p->first; b < p->last; b++) {
@@ -95,8 +95,6 @@ static void backward_part(const Part *p) {
     }
 }
 
-static void *run_forward(void *arg) { forward_part((const Part *)arg); return 0; }
-static void *run_backward(void *arg) { backward_part((const Part *)arg); return 0; }
 
 /* A block's FiLM + SiLU in place, rows r0 .. r0 + rb - 1 of the tokens: buf holds x W_up^T
    on entry and act on exit; up = that + b_up goes to up_out when given (streamed: it is
@@ -139,7 +137,7 @@ static void ffn_forward_part(Part *p) {
         gemm(rb, d, h, buf, h, 1, p->w_down, d, p->y + r0 * d, d, 1);
     }
     free(buf);
-    _mm_sfence(); /* streamed up visible before the join */
+    _mm_sfence(); /* streamed up visible to the caller after the team ends */
 }
 
 /* One block's gradients: act recomputed from up, d_act = grad_y W_down, then d_up (in place
@@ -193,8 +191,6 @@ static void ffn_backward_part(Part *p) {
     free(act);
 }
 
-static void *run_ffn_forward(void *arg) { ffn_forward_part((Part *)arg); return 0; }
-static void *run_ffn_backward(void *arg) { ffn_backward_part((Part *)arg); return 0; }
 
 /* dst (cols x rows) = src (rows x cols)^T */
 static void transpose(const float *src, int64_t rows, int64_t cols, float *dst) {
@@ -224,13 +220,13 @@ static int split_parts(const Part *base, int64_t batch, int threads, Part *parts
 }
 
 /* `fn` on each part, one OpenMP thread each (torch's own threads, see loader.py). */
-static void run_split(Part *parts, int count, void *(*fn)(void *)) {
+static void run_split(Part *parts, int count, void (*fn)(Part *)) {
 #pragma omp parallel for num_threads(count) schedule(static, 1)
     for (int t = 0; t < count; t++)
         fn(&parts[t]);
 }
 
-static int run_parts(Part base, int64_t batch, int threads, void *(*fn)(void *)) {
+static int run_parts(Part base, int64_t batch, int threads, void (*fn)(Part *)) {
     Part parts[MAX_THREADS];
     run_split(parts, split_parts(&base, batch, threads, parts), fn);
     return 0;
@@ -240,7 +236,7 @@ int film_silu_forward(const float *up, const float *film, const int64_t *offsets
                       int64_t batch, int64_t hidden, int threads) {
     if (hidden % 8) return 1;
     const Part base = {.up = up, .film = film, .act = act, .offsets = offsets, .hidden = hidden};
-    return run_parts(base, batch, threads, run_forward);
+    return run_parts(base, batch, threads, forward_part);
 }
 
 int film_silu_backward(const float *grad_act, const float *up, const float *film, const int64_t *offsets,
@@ -248,7 +244,7 @@ int film_silu_backward(const float *grad_act, const float *up, const float *film
     if (hidden % 8) return 1;
     const Part base = {.up = up, .film = film, .grad_act = grad_act, .grad_up = grad_up,
                        .grad_film = grad_film, .offsets = offsets, .hidden = hidden};
-    return run_parts(base, batch, threads, run_backward);
+    return run_parts(base, batch, threads, backward_part);
 }
 
 /* y (N, D) and, where up is given, up (N, H) for the backward. 1: D or H not a multiple of
@@ -266,7 +262,7 @@ int film_ffn_forward(const float *x, const float *w_up, const float *b_up, const
                            .b_up = b_up, .w_down = w_down_t, .b_down = b_down, .up_out = up, .y = y, .dim = dim};
         Part parts[MAX_THREADS];
         const int count = split_parts(&base, batch, threads, parts);
-        run_split(parts, count, run_ffn_forward);
+        run_split(parts, count, ffn_forward_part);
         status = 0;
         for (int t = 0; t < count; t++)
             if (parts[t].failed) status = 2;
@@ -298,7 +294,7 @@ int film_ffn_backward(const float *grad_y, const float *x, const float *up, cons
         parts[t].grad_b_up = s + 2 * dim * hidden;
         parts[t].grad_b_down = s + 2 * dim * hidden + hidden;
     }
-    run_split(parts, count, run_ffn_backward);
+    run_split(parts, count, ffn_backward_part);
     int status = 0;
     for (int t = 0; t < count; t++)
         if (parts[t].failed) status = 2;

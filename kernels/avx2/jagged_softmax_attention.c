@@ -400,13 +400,12 @@ static void prefetcher_for(const Problem *pb, const Item *it, int64_t current, P
     pf->per_tile = (total + tiles - 1) / tiles;
 }
 
-static void *worker(void *arg) {
-    Problem *pb = arg;
+static void worker(Problem *pb) {
     Workspace w;
     if (!workspace_alloc(&w, pb)) {
         workspace_free(&w);
         __atomic_store_n(&pb->failed, 1, __ATOMIC_RELAXED);
-        return NULL;
+        return;
     }
     /* Each thread claims its next item before working on the current one, to prefetch it. */
     int64_t i = __atomic_fetch_add(&pb->next, 1, __ATOMIC_RELAXED);
@@ -420,8 +419,7 @@ static void *worker(void *arg) {
         i = upcoming;
     }
     workspace_free(&w);
-    _mm_sfence(); /* streamed results visible before the join */
-    return NULL;
+    _mm_sfence(); /* streamed results visible to the caller after the team ends */
 }
 
 /* Longest first (balance), then by position: a sequence's heads follow each other. */

@@ -155,7 +155,10 @@ def _write_back(narrow: Tensor, wide: Tensor) -> None:
         narrow.copy_(wide[:, :, :narrow.shape[2]])
 
 
-def _ptr(x: Tensor) -> int:
+def pointer(x: Tensor | None) -> int | None:
+    """A contiguous float32 / int64 CPU tensor's address for the C kernels (None: NULL)."""
+    if x is None:
+        return None
     assert x.dtype in (torch.float32, torch.int64) and x.is_contiguous() and x.device.type == "cpu"
     return x.data_ptr()
 
@@ -205,7 +208,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, starts: T
     wide_out = _wide_output(out)
     _advise_huge_pages(wide_out)
     status = library().jagged_softmax_forward(
-        _ptr(q), _ptr(k), _ptr(v), _ptr(wide_out), _ptr(lse), _ptr(starts), _ptr(lengths),
+        pointer(q), pointer(k), pointer(v), pointer(wide_out), pointer(lse), pointer(starts), pointer(lengths),
         starts.numel(), q.shape[1], q.shape[2], v.shape[2], scale, torch.get_num_threads())
     if status != 0:
         raise MemoryError("jagged_softmax_forward: could not allocate its workspace")
@@ -221,8 +224,8 @@ def backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse
     grads = [_wide_output(g) for g in (dq, dk, dv)]
     _advise_huge_pages(*grads)
     status = library().jagged_softmax_backward(
-        _ptr(grad_out), _ptr(q), _ptr(k), _ptr(v), _ptr(out), _ptr(lse), *map(_ptr, grads),
-        _ptr(starts), _ptr(lengths), starts.numel(), q.shape[1], q.shape[2], v.shape[2],
+        pointer(grad_out), pointer(q), pointer(k), pointer(v), pointer(out), pointer(lse), *map(pointer, grads),
+        pointer(starts), pointer(lengths), starts.numel(), q.shape[1], q.shape[2], v.shape[2],
         scale, torch.get_num_threads())
     if status != 0:
         raise MemoryError("jagged_softmax_backward: could not allocate its workspace")

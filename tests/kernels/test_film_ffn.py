@@ -44,7 +44,7 @@ def test_the_c_kernel_gives_the_reference_and_its_gradients(threads):
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        fast = film_ffn(x, film, offsets, up, down, seg)
+        fast = film_ffn(x, film, offsets, seg, up, down)
         grad = torch.randn_like(fast).t().contiguous().t()  # a non-contiguous gradient
         got = _grads(fast, x, film, up, down, grad)
     finally:
@@ -61,7 +61,7 @@ def test_the_c_kernel_gives_the_reference_and_its_gradients(threads):
 def test_few_tokens_one_example_and_only_the_gradients_asked_for():
     x, film, offsets, seg, up, down = _inputs(batch=3, dim=8, hidden=24, longest=7, seed=3)
     frozen = film.detach()
-    fast = film_ffn(x, frozen, offsets, up, down, seg)
+    fast = film_ffn(x, frozen, offsets, seg, up, down)
     (grad_x,) = torch.autograd.grad(fast.sum(), (x,))
     ref = film_ffn_reference(x, frozen, seg, up, down)
     torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-6)
@@ -71,25 +71,25 @@ def test_few_tokens_one_example_and_only_the_gradients_asked_for():
 @native
 def test_inference_keeps_no_up_and_gives_the_training_forward():
     x, film, offsets, seg, up, down = _inputs(seed=4)
-    trained = film_ffn(x, film, offsets, up, down, seg)
+    trained = film_ffn(x, film, offsets, seg, up, down)
     with torch.no_grad():
-        scored = film_ffn(x, film, offsets, up, down, seg)
+        scored = film_ffn(x, film, offsets, seg, up, down)
     assert scored.grad_fn is None and torch.equal(scored, trained)
 
 
 def test_what_the_kernel_cannot_take_runs_as_torch_ops():
     x, film, offsets, seg, up, down = _inputs(batch=6, seed=5)
     with FlopCounterMode(display=False) as flops:  # a dispatch mode: the products must be seen
-        out = film_ffn(x, film, offsets, up, down, seg)
+        out = film_ffn(x, film, offsets, seg, up, down)
     assert "FilmFfnNative" not in type(out.grad_fn).__name__
     assert flops.get_total_flops() == 2 * 2 * len(seg) * 16 * 40
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert film_ffn(x, film, offsets, up, down, seg).dtype == torch.bfloat16
+        assert film_ffn(x, film, offsets, seg, up, down).dtype == torch.bfloat16
     odd_up, odd_down = nn.Linear(16, 36), nn.Linear(36, 16)  # H not a multiple of 8
-    odd = film_ffn(x, film[:, :72], offsets, odd_up, odd_down, seg)
+    odd = film_ffn(x, film[:, :72], offsets, seg, odd_up, odd_down)
     torch.testing.assert_close(odd, film_ffn_reference(x, film[:, :72], seg, odd_up, odd_down))
     with pytest.raises(ValueError, match="do not describe"):
-        film_ffn(x[:-1], film, offsets, up, down, seg[:-1])
+        film_ffn(x[:-1], film, offsets, seg[:-1], up, down)
 
 
 def test_the_personalized_ffn_fuses_only_without_dropout_in_training():
