@@ -58,10 +58,12 @@ def test_the_c_kernel_gives_the_reference_and_its_gradients(threads):
 
 
 @native
-def test_few_tokens_one_example_and_only_the_gradients_asked_for():
-    x, film, offsets, seg, up, down = _inputs(batch=3, dim=8, hidden=24, longest=7, seed=3)
+def test_few_tokens_in_one_block_and_only_the_gradients_asked_for():
+    x, film, offsets, seg, up, down = _inputs(batch=5, dim=8, hidden=24, longest=8, seed=4)
+    assert 0 < len(seg) < 96  # 11 tokens of two examples: one block, one thread
     frozen = film.detach()
     fast = film_ffn(x, frozen, offsets, seg, up, down)
+    assert "FilmFfnNative" in type(fast.grad_fn).__name__
     (grad_x,) = torch.autograd.grad(fast.sum(), (x,))
     ref = film_ffn_reference(x, frozen, seg, up, down)
     torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-6)
@@ -72,6 +74,7 @@ def test_few_tokens_one_example_and_only_the_gradients_asked_for():
 def test_inference_keeps_no_up_and_gives_the_training_forward():
     x, film, offsets, seg, up, down = _inputs(seed=4)
     trained = film_ffn(x, film, offsets, seg, up, down)
+    assert "FilmFfnNative" in type(trained.grad_fn).__name__
     with torch.no_grad():
         scored = film_ffn(x, film, offsets, seg, up, down)
     assert scored.grad_fn is None and torch.equal(scored, trained)

@@ -49,7 +49,9 @@ def test_the_c_kernel_gives_the_reference_and_its_gradients(threads):
 @native
 def test_only_the_gradients_asked_for():
     weights, values, offsets, seg = _inputs(batch=20, queries=3, dim=16, seed=1)
-    (grad_v,) = torch.autograd.grad(jagged_weighted_sum(weights.detach(), values, offsets, seg).sum(), (values,))
+    fast = jagged_weighted_sum(weights.detach(), values, offsets, seg)
+    assert "WeightedSumNative" in type(fast.grad_fn).__name__
+    (grad_v,) = torch.autograd.grad(fast.sum(), (values,))
     ref = jagged_weighted_sum_reference(weights.detach(), values, seg, 20)
     torch.testing.assert_close(grad_v, torch.autograd.grad(ref.sum(), (values,))[0])
 
